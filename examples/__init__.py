@@ -1,0 +1,1 @@
+"""Runnable, tested examples of respflow flows."""

@@ -1,0 +1,93 @@
+"""The ``respflow`` command: fold, relay, serve, bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
+
+import orjson
+
+from flows._decode import decode
+from operators import RespflowError, Validation
+
+_READ = 64 << 10
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    while chunk := stream.read(_READ):
+        yield chunk
+
+
+def _open(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    return open(path, "rb")  # noqa: SIM115 - closed by the caller
+
+
+def _load_tools(path: str | None) -> list[object] | None:
+    if path is None:
+        return None
+    with open(path, "rb") as fh:
+        tools = orjson.loads(fh.read())
+    if not isinstance(tools, list):
+        raise RespflowError(
+            "TOOLS.json must be the request's 'tools' array", code="bad_tools", stage="cli"
+        )
+    return tools
+
+
+def _add_stream_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE|-", help="an SSE recording, or - for standard input")
+    p.add_argument("--strict", action="store_true", help="strict validation (default: lenient)")
+    p.add_argument("--tools", metavar="TOOLS.json", help="the request's tools array")
+    p.add_argument("--response-id", metavar="ID", help="the public response id to report")
+    p.add_argument("--model", metavar="M", help="the model name to report")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="respflow", description="Streaming ingest for OpenAI-style Responses API streams."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    fold = sub.add_parser("fold", help="fold an SSE stream into the final Response (JSON)")
+    _add_stream_options(fold)
+    return parser
+
+
+def _fold(args: argparse.Namespace) -> int:
+    _load_tools(args.tools)
+    validation = Validation.STRICT if args.strict else Validation.LENIENT
+    with _open(args.file) as stream:
+        response = decode(
+            _chunks(stream),
+            validation=validation,
+            response_id=args.response_id,
+            model=args.model,
+        )
+    sys.stdout.buffer.write(response.to_json() + b"\n")
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``respflow`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "fold":
+            return _fold(args)
+    except RespflowError as exc:
+        print(exc.describe(), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error[input]: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return 1
+    except orjson.JSONDecodeError as exc:
+        print(f"error[bad_tools]: TOOLS.json is not valid JSON: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""fold: accepted `Frame`s → the final `Response`.
+
+In: validated frames (their ``output_index`` resolved). Out: the same frames, unchanged but for
+ids the fold had to make up (an item that arrives with an empty id gets ``<prefix><hex>``,
+written into its frames so the stream and the final Response agree); `finish()` returns the
+Response.
+
+State: one slot per ``output_index`` — ``Active(Building)`` until its done, then
+``Done(item)`` — and the response-level fields: the id and snapshot from ``response.created``,
+the terminal type, ``usage``, ``error`` and ``incomplete_details`` taken from EVERY terminal
+type (completed, failed, incomplete). A repeated done cannot make a second item: an index has
+exactly one slot. Per-kind behaviour comes from the `KINDS` descriptor table.
+
+At `finish()` the slots are drained sorted by ``output_index``: done items as they are, active
+items through their kind's ``finalize`` (a half-streamed call keeps its buffered arguments; an
+unfinished web search is dropped). A stream with no terminal is reported ``completed`` — the
+lenient EOF recovery; the strict policy has already refused such a stream in validate.
+Raises `LimitExceededError` when the retained bytes pass ``max_retained_bytes``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from operators._errors import LimitExceededError
+from operators._frames import Action, Frame
+from operators._items import Building, KindSpec, kind_spec, new_id
+from operators._response import Response
+
+_STATUS = {
+    "response.completed": "completed",
+    "response.failed": "failed",
+    "response.incomplete": "incomplete",
+}
+
+
+class Slot:
+    """One output item: active while it streams, done once its done arrived."""
+
+    __slots__ = ("building", "done", "item", "spec")
+
+    def __init__(self, spec: KindSpec, building: Building | None, item: dict[str, Any] | None) -> None:
+        self.spec = spec
+        self.building = building
+        self.item = item
+        self.done = item is not None
+
+    def current(self) -> dict[str, Any]:
+        """The item as far as it is known."""
+        if self.item is not None:
+            return self.item
+        assert self.building is not None
+        return self.building.item
+
+    def arguments(self) -> str:
+        """For calls: the arguments (or input) so far — the item's own, else the deltas."""
+        item = self.current()
+        field = "input" if item.get("type") == "custom_tool_call" else "arguments"
+        own = item.get(field)
+        if isinstance(own, str) and own:
+            return own
+        return self.building.buffered() if self.building is not None else ""
+
+
+class Folder:
+    """Fold accepted frames into one Response."""
+
+    def __init__(
+        self,
+        *,
+        response_id: str | None = None,
+        model: str | None = None,
+        max_retained_bytes: int = 8 << 20,
+    ) -> None:
+        self._response_id = response_id
+        self._model = model
+        self._max_retained = max_retained_bytes
+        self._retained = 0
+        self.slots: dict[int, Slot] = {}
+        self._snapshot: dict[str, Any] = {}
+        self._terminal: str | None = None
+        self._metadata: dict[str, Any] = {}
+        self._finished = False
+
+    @property
+    def terminal(self) -> str | None:
+        """The terminal event type seen, if any."""
+        return self._terminal
+
+    def feed(self, frame: Frame) -> list[Frame]:
+        """Fold one accepted frame; pass it on."""
+        self.apply(frame)
+        return [frame]
+
+    def flush(self) -> list[Frame]:
+        """Nothing is held back; the Response comes from `finish`."""
+        return []
+
+    def apply(self, frame: Frame) -> None:
+        """Fold one accepted frame."""
+        action = frame.spec.action
+        data = frame.data
+        if action is Action.MUTATE:
+            slot = self.slots.get(data["output_index"])
+            if slot is None or slot.building is None or slot.done:
+                return
+            self._charge(data.get("delta"), frame)
+            if not data.get("item_id") and frame.spec.needs_item_id:
+                data["item_id"] = slot.building.item.get("id", "")
+            slot.spec.apply_delta(slot.building, frame.type, data)
+        elif action is Action.OPEN:
+            item = data["item"]
+            spec = kind_spec(item.get("type", ""))
+            if not item.get("id"):
+                item["id"] = item.get("item_id") or new_id(spec.id_prefix)
+            self._charge_item(item, frame)
+            self.slots[data["output_index"]] = Slot(spec, spec.from_added(item), None)
+        elif action is Action.COMPLETE:
+            self._complete(frame)
+        elif action is Action.CREATED:
+            response = data.get("response")
+            if isinstance(response, dict) and not self._snapshot:
+                self._snapshot = response
+        elif action is Action.TERMINAL:
+            if self._terminal is None:
+                self._terminal = frame.type
+                response = data.get("response")
+                if isinstance(response, dict):
+                    self._metadata = response
+
+    def _complete(self, frame: Frame) -> None:
+        data = frame.data
+        item = data["item"]
+        index = data["output_index"]
+        slot = self.slots.get(index)
+        if slot is None:  # done-only
+            spec = kind_spec(item.get("type", ""))
+            if not item.get("id"):
+                item["id"] = item.get("item_id") or new_id(spec.id_prefix)
+            self._charge_item(item, frame)
+            self.slots[index] = Slot(spec, None, dict(item))
+            return
+        if slot.done or slot.building is None:
+            return
+        merged = slot.spec.apply_done(slot.building, item)
+        if not item.get("id"):
+            item["id"] = merged.get("id", "")
+        slot.item = merged
+        slot.done = True
+
+    def _charge(self, delta: Any, frame: Frame) -> None:
+        if type(delta) is str:
+            self._charge_bytes(len(delta), frame)
+
+    def _charge_bytes(self, size: int, frame: Frame) -> None:
+        self._retained += size
+        if self._retained > self._max_retained:
+            raise LimitExceededError(
+                f"the response retained more than {self._max_retained} bytes; "
+                "raise max_retained_bytes if this is expected",
+                code="retained_bytes",
+                stage="fold",
+                line=frame.line,
+            )
+
+    def _charge_item(self, item: dict[str, Any], frame: Frame) -> None:
+        self._charge_bytes(len(orjson.dumps(item)), frame)
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def output(self) -> list[dict[str, Any]]:
+        """The output items so far, sorted by output_index (active ones finalized)."""
+        out: list[dict[str, Any]] = []
+        for _, slot in sorted(self.slots.items()):
+            if slot.item is not None:
+                out.append(slot.item)
+            elif slot.building is not None:
+                final = slot.spec.finalize(slot.building)
+                if final is not None:
+                    out.append(final)
+        return out
+
+    def finish(self) -> Response:
+        """Build the final Response. Call once, at the end of the stream."""
+        if self._finished:
+            raise RuntimeError("fold.finish() was already called")
+        self._finished = True
+        base: dict[str, Any] = {}
+        base.update(self._snapshot)
+        base.update(self._metadata)
+        status = _STATUS.get(self._terminal or "", "completed")
+        response_id = self._response_id or base.get("id") or new_id("resp_")
+        created_at = base.get("created_at")
+        body: dict[str, Any] = {
+            key: value
+            for key, value in base.items()
+            if key not in ("output", "usage", "error", "incomplete_details", "status")
+        }
+        body.update(
+            id=response_id,
+            object="response",
+            created_at=created_at if isinstance(created_at, int | float) else time.time(),
+            model=self._model or base.get("model") or "unknown",
+            status=status,
+            output=self.output(),
+            usage=self._metadata.get("usage"),
+            error=self._metadata.get("error"),
+            incomplete_details=self._metadata.get("incomplete_details"),
+            parallel_tool_calls=base.get("parallel_tool_calls", True),
+            tool_choice=base.get("tool_choice", "auto"),
+            tools=base.get("tools") or [],
+        )
+        return Response.model_validate(body)

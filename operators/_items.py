@@ -1,0 +1,472 @@
+"""Output items: the public pydantic types, and the ONE table of per-kind fold behaviour.
+
+Each item kind has a `KindSpec` (a descriptor): ``from_added`` builds the item being streamed,
+``apply_delta`` folds one sub-event into it, ``apply_done`` merges the authoritative done item
+over it (with the per-kind fallbacks for empty fields) and ``finalize`` turns a still-active
+item into its final shape at the end of the stream (or drops it). Adding an item kind means
+adding one entry to `KINDS`; nothing else in the pipeline names kinds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, JsonValue, Tag, TypeAdapter
+
+# ---- public item types (boundary types: validated once per item, never per token) ---------
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class OutputTextPart(_Open):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[JsonValue] = []
+
+
+class RefusalPart(_Open):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class MessageItem(_Open):
+    type: Literal["message"]
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: str = "completed"
+    content: list[JsonValue]
+
+
+class ReasoningItem(_Open):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[JsonValue] = []
+
+
+class FunctionCallItem(_Open):
+    type: Literal["function_call"]
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+class CustomToolCallItem(_Open):
+    type: Literal["custom_tool_call"]
+    id: str
+    call_id: str
+    name: str
+    input: str
+
+
+class RawItem(_Open):
+    """Any other item kind: kept as received, unknown fields included."""
+
+    type: str
+    id: str | None = None
+
+
+def _item_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _TYPED else "raw"
+
+
+_TYPED = {"message", "reasoning", "function_call", "custom_tool_call"}
+
+OutputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[RawItem, Tag("raw")],
+    Discriminator(_item_tag),
+]
+"""One element of ``Response.output``."""
+
+OUTPUT_ITEM: TypeAdapter[OutputItem] = TypeAdapter(OutputItem)
+
+
+# ---- the fold state of one item -----------------------------------------------------------
+
+
+class Building:
+    """An item while it streams: the item dict plus its delta buffers."""
+
+    __slots__ = ("chunks", "item", "parts", "summary")
+
+    def __init__(self, item: dict[str, Any]) -> None:
+        self.item = item
+        self.chunks: list[str] = []  # arguments / input / code deltas
+        self.parts: dict[int, _Part] = {}  # message content / reasoning content by index
+        self.summary: dict[int, _Part] = {}  # reasoning summary by index
+
+    def buffered(self) -> str:
+        """The concatenated argument/input/code deltas."""
+        if len(self.chunks) > 1:
+            self.chunks = ["".join(self.chunks)]
+        return self.chunks[0] if self.chunks else ""
+
+
+class _Part:
+    __slots__ = ("chunks", "complete", "part", "streamed")
+
+    def __init__(self, part: dict[str, Any]) -> None:
+        self.part = part
+        self.chunks: list[str] = []
+        self.streamed = False
+        self.complete = False
+
+    def text(self) -> str:
+        if len(self.chunks) > 1:
+            self.chunks = ["".join(self.chunks)]
+        return self.chunks[0] if self.chunks else ""
+
+
+def new_id(prefix: str) -> str:
+    """A fresh public item id with the kind's customary prefix."""
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+# ---- per-kind behaviour ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """How one item kind is folded."""
+
+    kind: str
+    id_prefix: str
+    from_added: Callable[[dict[str, Any]], Building]
+    apply_delta: Callable[[Building, str, dict[str, Any]], None]
+    apply_done: Callable[[Building, dict[str, Any]], dict[str, Any]]
+    finalize: Callable[[Building], dict[str, Any] | None]
+    call_like: bool = False  # carries a call_id that must stay stable
+
+
+def _copy_added(item: dict[str, Any]) -> Building:
+    return Building(dict(item))
+
+
+def _no_delta(b: Building, type: str, data: dict[str, Any]) -> None:
+    return None
+
+
+def _replace(b: Building, done: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(done)
+    if not merged.get("id") and b.item.get("id"):
+        merged["id"] = b.item["id"]
+    return merged
+
+
+def _as_added(b: Building) -> dict[str, Any]:
+    return b.item
+
+
+def _drop(b: Building) -> dict[str, Any] | None:
+    return None
+
+
+# message ---------------------------------------------------------------------------------
+
+
+def _message_added(item: dict[str, Any]) -> Building:
+    b = Building(dict(item))
+    b.item.pop("content", None)
+    return b
+
+
+def _part_at(parts: dict[int, _Part], index: Any, default_type: str) -> _Part:
+    key = index if isinstance(index, int) else 0
+    part = parts.get(key)
+    if part is None:
+        part = parts[key] = _Part({"type": default_type})
+    return part
+
+
+def _message_delta(b: Building, type: str, data: dict[str, Any]) -> None:
+    if type == "response.output_text.delta":
+        p = _part_at(b.parts, data.get("content_index"), "output_text")
+        p.chunks.append(data.get("delta") or "")
+        p.streamed = True
+    elif type == "response.output_text.done":
+        p = _part_at(b.parts, data.get("content_index"), "output_text")
+        if not p.streamed:
+            p.chunks = [data.get("text") or ""]
+    elif type == "response.refusal.delta":
+        p = _part_at(b.parts, data.get("content_index"), "refusal")
+        p.part["type"] = "refusal"
+        p.chunks.append(data.get("delta") or "")
+        p.streamed = True
+    elif type == "response.refusal.done":
+        p = _part_at(b.parts, data.get("content_index"), "refusal")
+        p.part["type"] = "refusal"
+        if not p.streamed:
+            p.chunks = [data.get("refusal") or ""]
+    elif type in ("response.content_part.added", "response.content_part.done"):
+        part = data.get("part")
+        p = _part_at(b.parts, data.get("content_index"), "output_text")
+        if isinstance(part, dict):
+            text = part.get("text", part.get("refusal"))
+            p.part = {k: v for k, v in part.items() if k not in ("text", "refusal")}
+            if type.endswith(".done"):
+                p.complete = True
+                if not p.streamed and isinstance(text, str):
+                    p.chunks = [text]
+    elif type == "response.output_text.annotation.added":
+        p = _part_at(b.parts, data.get("content_index"), "output_text")
+        annotations = p.part.setdefault("annotations", [])
+        if isinstance(annotations, list) and "annotation" in data:
+            annotations.append(data["annotation"])
+
+
+def _message_parts(b: Building) -> list[dict[str, Any]]:
+    content = []
+    for _, p in sorted(b.parts.items()):
+        part = dict(p.part)
+        text = p.text()
+        if part.get("type") == "refusal":
+            part["refusal"] = text
+        else:
+            part.setdefault("type", "output_text")
+            part["text"] = text
+            if part["type"] == "output_text":
+                part.setdefault("annotations", [])
+                if part.get("logprobs") is None:
+                    part.pop("logprobs", None)
+        content.append(part)
+    return content
+
+
+def _message_done(b: Building, done: dict[str, Any]) -> dict[str, Any]:
+    merged = _replace(b, done)
+    if "content" not in done:
+        merged["content"] = _message_parts(b)
+    return merged
+
+
+def _message_finalize(b: Building) -> dict[str, Any] | None:
+    item = dict(b.item)
+    item["content"] = [p for p in _message_parts(b) if p.get("text") or p.get("refusal")]
+    item["status"] = "completed"
+    item.setdefault("role", "assistant")
+    return item
+
+
+# reasoning -------------------------------------------------------------------------------
+
+
+def _reasoning_added(item: dict[str, Any]) -> Building:
+    b = Building(dict(item))
+    b.item.pop("content", None)
+    b.item.pop("summary", None)
+    return b
+
+
+def _reasoning_delta(b: Building, type: str, data: dict[str, Any]) -> None:
+    if type.startswith("response.reasoning_summary_"):
+        p = _part_at(b.summary, data.get("summary_index"), "summary_text")
+    else:
+        p = _part_at(b.parts, data.get("content_index"), "reasoning_text")
+    if type.endswith("_text.delta"):
+        p.chunks.append(data.get("delta") or "")
+        p.streamed = True
+    elif type.endswith("_text.done"):
+        text = data.get("text")
+        if isinstance(text, str) and (text or not p.streamed):
+            p.chunks = [text]
+    elif type.endswith("part.done"):
+        part = data.get("part")
+        if isinstance(part, dict) and isinstance(part.get("text"), str) and not p.streamed:
+            p.chunks = [part["text"]]
+
+
+def _reasoning_lists(b: Building) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    content = [
+        {"type": "reasoning_text", "text": p.text()} for _, p in sorted(b.parts.items()) if p.text()
+    ]
+    summary = [
+        {"type": "summary_text", "text": p.text()} for _, p in sorted(b.summary.items()) if p.text()
+    ]
+    return content, summary
+
+
+def _reasoning_done(b: Building, done: dict[str, Any]) -> dict[str, Any]:
+    merged = _replace(b, done)
+    content, summary = _reasoning_lists(b)
+    if merged.get("content") is None:
+        if content:
+            merged["content"] = content
+        else:
+            merged.pop("content", None)
+    if merged.get("summary") is None:
+        merged["summary"] = summary
+    if "encrypted_content" in merged and merged["encrypted_content"] is None:
+        del merged["encrypted_content"]
+    return merged
+
+
+def _reasoning_finalize(b: Building) -> dict[str, Any] | None:
+    item = dict(b.item)
+    content, summary = _reasoning_lists(b)
+    if content:
+        item["content"] = content
+    item["summary"] = summary
+    item["status"] = "completed"
+    return item
+
+
+# calls (function, custom, mcp) -------------------------------------------------------------
+
+
+def _call_added(field: str) -> Callable[[dict[str, Any]], Building]:
+    def added(item: dict[str, Any]) -> Building:
+        b = Building(dict(item))
+        b.item.setdefault("call_id", "")
+        b.item.setdefault("name", "")
+        # vLLM (one revision) repeats the first chunk in the added item: deltas are the truth.
+        b.item[field] = ""
+        return b
+
+    return added
+
+
+def _call_delta(field: str, delta_type: str, done_type: str) -> Callable[[Building, str, dict[str, Any]], None]:
+    def apply(b: Building, type: str, data: dict[str, Any]) -> None:
+        if type == delta_type:
+            b.chunks.append(data.get("delta") or "")
+        elif type == done_type:
+            value = data.get(field)
+            if isinstance(value, str) and value:
+                b.item[field] = value
+            for key in ("call_id", "name"):
+                v = data.get(key)
+                if isinstance(v, str) and v:
+                    b.item[key] = v
+
+    return apply
+
+
+def _call_value(b: Building, field: str) -> str:
+    own = b.item.get(field)
+    return own if isinstance(own, str) and own else b.buffered()
+
+
+def _call_done(field: str) -> Callable[[Building, dict[str, Any]], dict[str, Any]]:
+    def done_(b: Building, done: dict[str, Any]) -> dict[str, Any]:
+        merged = dict(done)
+        for key in ("id", "call_id", "name"):
+            if not merged.get(key) and b.item.get(key):
+                merged[key] = b.item[key]
+        if "namespace" not in merged and "namespace" in b.item:
+            merged["namespace"] = b.item["namespace"]
+        value = merged.get(field)
+        if not (isinstance(value, str) and value):
+            merged[field] = _call_value(b, field)
+        return merged
+
+    return done_
+
+
+def _call_finalize(field: str) -> Callable[[Building], dict[str, Any] | None]:
+    def finalize(b: Building) -> dict[str, Any] | None:
+        item = dict(b.item)
+        item[field] = _call_value(b, field)
+        item["status"] = "completed"
+        return item
+
+    return finalize
+
+
+def _call_spec(kind: str, prefix: str, field: str, delta_type: str, done_type: str) -> KindSpec:
+    return KindSpec(
+        kind,
+        prefix,
+        _call_added(field),
+        _call_delta(field, delta_type, done_type),
+        _call_done(field),
+        _call_finalize(field),
+        call_like=kind != "mcp_call",
+    )
+
+
+# code interpreter ---------------------------------------------------------------------------
+
+
+def _code_delta(b: Building, type: str, data: dict[str, Any]) -> None:
+    if type == "response.code_interpreter_call_code.delta":
+        b.chunks.append(data.get("delta") or "")
+    elif type == "response.code_interpreter_call_code.done" and isinstance(data.get("code"), str):
+        b.chunks = [data["code"]]
+
+
+def _code_done(b: Building, done: dict[str, Any]) -> dict[str, Any]:
+    merged = _replace(b, done)
+    if not merged.get("code") and b.buffered():
+        merged["code"] = b.buffered()
+    return merged
+
+
+def _passive(kind: str, prefix: str, *, keep_unfinished: bool) -> KindSpec:
+    """Items whose sub-events are status only; the done item is the item."""
+    return KindSpec(
+        kind, prefix, _copy_added, _no_delta, _replace, _as_added if keep_unfinished else _drop
+    )
+
+
+KINDS: dict[str, KindSpec] = {
+    spec.kind: spec
+    for spec in (
+        KindSpec("message", "msg_", _message_added, _message_delta, _message_done, _message_finalize),
+        KindSpec(
+            "reasoning", "rs_", _reasoning_added, _reasoning_delta, _reasoning_done, _reasoning_finalize
+        ),
+        _call_spec(
+            "function_call",
+            "fc_",
+            "arguments",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+        ),
+        _call_spec(
+            "custom_tool_call",
+            "ctc_",
+            "input",
+            "response.custom_tool_call_input.delta",
+            "response.custom_tool_call_input.done",
+        ),
+        _call_spec(
+            "mcp_call",
+            "mcp_",
+            "arguments",
+            "response.mcp_call_arguments.delta",
+            "response.mcp_call_arguments.done",
+        ),
+        KindSpec("code_interpreter_call", "ci_", _copy_added, _code_delta, _code_done, _drop),
+        _passive("web_search_call", "ws_", keep_unfinished=False),
+        _passive("file_search_call", "fs_", keep_unfinished=False),
+        _passive("image_generation_call", "ig_", keep_unfinished=False),
+        _passive("mcp_list_tools", "mcpl_", keep_unfinished=True),
+        _passive("mcp_approval_request", "mcpr_", keep_unfinished=True),
+        _passive("tool_search_call", "tsc_", keep_unfinished=True),
+        _passive("shell_call", "sh_", keep_unfinished=True),
+        _passive("local_shell_call", "lsh_", keep_unfinished=True),
+        _passive("computer_call", "cu_", keep_unfinished=True),
+        _passive("apply_patch_call", "apc_", keep_unfinished=True),
+        _passive("compaction", "cmp_", keep_unfinished=True),
+    )
+}
+"""The per-kind descriptor table. Unknown kinds (lenient only) fold with `RAW_KIND`."""
+
+RAW_KIND = _passive("", "item_", keep_unfinished=True)
+
+KNOWN_KINDS = frozenset(KINDS)
+
+
+def kind_spec(kind: str) -> KindSpec:
+    """The descriptor of ``kind``; the raw fallback for kinds we do not know."""
+    return KINDS.get(kind, RAW_KIND)

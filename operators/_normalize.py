@@ -1,0 +1,73 @@
+"""normalize: `SseLine` → `Frame`.
+
+In: the data payload of one SSE event. Out: one `Frame` — the payload parsed once (orjson),
+its type looked up in the catalogue (unknown types become pass-through ``OTHER`` frames), vLLM
+names rewritten to OpenAI's (``response.done`` → ``response.completed``,
+``response.reasoning_part.*`` → ``response.content_part.*``, a ``completed`` whose status is
+``incomplete`` → ``response.incomplete``), in the frame *and* its wire JSON.
+
+A payload that is not a JSON object, or whose ``type`` is not a string, or a line split found
+not to be UTF-8, becomes a *malformed* frame: the validate stage decides (strict error,
+lenient counted skip). No state. Raises `ProtocolError` (``invalid_output_index``) under every
+policy when ``output_index`` is present and not an unsigned 32-bit integer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from operators._errors import ProtocolError
+from operators._frames import CATALOGUE, OTHER, RENAMES, Frame
+from operators._split import SseLine
+
+_U32_MAX = 0xFFFFFFFF
+
+
+class Normalizer:
+    """Parse and classify upstream events."""
+
+    __slots__ = ()
+
+    def feed(self, line: SseLine) -> list[Frame]:
+        """One payload in, one frame out."""
+        return [self.normalize(line)]
+
+    def flush(self) -> list[Frame]:
+        """Nothing is held back."""
+        return []
+
+    def normalize(self, line: SseLine) -> Frame:
+        """One payload in, one frame out."""
+        if line.invalid:
+            return Frame("", {}, OTHER, line.line, malformed=True)
+        try:
+            data: Any = orjson.loads(line.data)
+        except orjson.JSONDecodeError:
+            return Frame("", {}, OTHER, line.line, malformed=True)
+        if type(data) is not dict:
+            return Frame("", {}, OTHER, line.line, malformed=True)
+        kind = data.get("type")
+        if kind is None:
+            return Frame("", data, OTHER, line.line)
+        if type(kind) is not str:
+            return Frame("", data, OTHER, line.line, malformed=True)
+        renamed = RENAMES.get(kind)
+        if renamed is not None:
+            kind = data["type"] = renamed
+        if kind == "response.completed":
+            response = data.get("response")
+            if type(response) is dict and response.get("status") == "incomplete":
+                kind = data["type"] = "response.incomplete"
+        if "output_index" in data:
+            index = data["output_index"]
+            if type(index) is not int or index < 0 or index > _U32_MAX:
+                raise ProtocolError(
+                    "upstream stream has an invalid 'output_index': expected an unsigned "
+                    "32-bit integer",
+                    code="invalid_output_index",
+                    stage="normalize",
+                    line=line.line,
+                )
+        return Frame(kind, data, CATALOGUE.get(kind, OTHER), line.line)

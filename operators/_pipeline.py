@@ -1,0 +1,71 @@
+"""AgentPipeline: normalize → validate → fold → translate, exactly once per line, in that order.
+
+Every driver (live, collect, decode, the CLI) pushes lines through this one object, so nothing
+that could drift between drivers lives outside it. ``push(line)`` returns the `Translation` of
+that line: the client-bound frames and the defer boundary. ``finish()`` ends the stream (strict
+requires a terminal by then) and returns the final `Response`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from operators._config import Limits
+from operators._errors import RespflowError
+from operators._fold import Folder
+from operators._frames import Frame, Validation
+from operators._normalize import Normalizer
+from operators._response import Response
+from operators._split import SseLine
+from operators._validate import Validator
+
+
+@dataclass(slots=True)
+class Translation:
+    """What one pushed line produced for the client."""
+
+    frames: list[Frame] = field(default_factory=list)
+    defer_from: int | None = None
+    """Frames at or beyond this output_index (and index-less ones) must wait: a gateway-owned
+    or still-unnamed call sits there."""
+
+
+class AgentPipeline:
+    """The synchronous ingest core of one response."""
+
+    def __init__(
+        self,
+        *,
+        validation: Validation = Validation.LENIENT,
+        response_id: str | None = None,
+        model: str | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        limits = limits or Limits()
+        self.validation = validation
+        self.limits = limits
+        self.normalizer = Normalizer()
+        self.validator = Validator(validation)
+        self.folder = Folder(
+            response_id=response_id, model=model, max_retained_bytes=limits.max_retained_bytes
+        )
+        self._finished = False
+
+    def push(self, line: SseLine) -> Translation:
+        """One SSE payload in; the frames it yields for the client out."""
+        try:
+            frame = self.normalizer.normalize(line)
+            if not self.validator.feed(frame):
+                return Translation()
+            self.folder.apply(frame)
+        except RespflowError as exc:
+            raise exc.at(line=line.line) from None
+        return Translation([frame])
+
+    def finish(self) -> Response:
+        """End of stream: apply the EOF policy and return the final Response."""
+        if self._finished:
+            raise RuntimeError("AgentPipeline.finish() was already called")
+        self._finished = True
+        self.validator.flush()
+        return self.folder.finish()
