@@ -23,7 +23,7 @@ def _chunks(stream: BinaryIO) -> Iterator[bytes]:
 def _open(path: str) -> BinaryIO:
     if path == "-":
         return sys.stdin.buffer
-    return open(path, "rb")  # noqa: SIM115 - closed by the caller
+    return open(path, "rb")
 
 
 def _load_tools(path: str | None) -> list[object] | None:

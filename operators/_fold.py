@@ -124,12 +124,11 @@ class Folder:
             response = data.get("response")
             if isinstance(response, dict) and not self._snapshot:
                 self._snapshot = response
-        elif action is Action.TERMINAL:
-            if self._terminal is None:
-                self._terminal = frame.type
-                response = data.get("response")
-                if isinstance(response, dict):
-                    self._metadata = response
+        elif action is Action.TERMINAL and self._terminal is None:
+            self._terminal = frame.type
+            response = data.get("response")
+            if isinstance(response, dict):
+                self._metadata = response
 
     def _complete(self, frame: Frame) -> None:
         data = frame.data
@@ -206,7 +205,7 @@ class Folder:
             model=self._model or base.get("model") or "unknown",
             status=status,
             output=self.output(),
-            usage=self._metadata.get("usage"),
+            usage=complete_usage(self._metadata.get("usage")),
             error=self._metadata.get("error"),
             incomplete_details=self._metadata.get("incomplete_details"),
             parallel_tool_calls=base.get("parallel_tool_calls", True),
@@ -214,3 +213,26 @@ class Folder:
             tools=base.get("tools") or [],
         )
         return Response.model_validate(body)
+
+
+def complete_usage(usage: Any) -> Any:
+    """Add the usage fields strict clients require and vLLM omits, as zeros.
+
+    openai ≥ 2.54 requires ``input_tokens_details.cache_write_tokens``; vLLM sends neither
+    detail object. Counts that were sent are never changed.
+    """
+    if not isinstance(usage, dict):
+        return usage
+    usage = dict(usage)
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        usage.setdefault(key, 0)
+    details = usage.get("input_tokens_details")
+    details = dict(details) if isinstance(details, dict) else {}
+    details.setdefault("cached_tokens", 0)
+    details.setdefault("cache_write_tokens", 0)
+    usage["input_tokens_details"] = details
+    out_details = usage.get("output_tokens_details")
+    out_details = dict(out_details) if isinstance(out_details, dict) else {}
+    out_details.setdefault("reasoning_tokens", 0)
+    usage["output_tokens_details"] = out_details
+    return usage

@@ -411,6 +411,22 @@ def _code_done(b: Building, done: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _web_search_done(b: Building, done: dict[str, Any]) -> dict[str, Any]:
+    merged = _replace(b, done)
+    action = merged.get("action")
+    sources = action.get("sources") if isinstance(action, dict) else None
+    if isinstance(sources, list) and any(isinstance(s, dict) and "type" not in s for s in sources):
+        # gpt-oss omits the source type; the public shape requires it
+        merged["action"] = dict(action, sources=[_url_source(s) for s in sources])  # type: ignore[arg-type]
+    return merged
+
+
+def _url_source(source: Any) -> Any:
+    if isinstance(source, dict) and "type" not in source and "url" in source:
+        return {"type": "url", **source}
+    return source
+
+
 def _passive(kind: str, prefix: str, *, keep_unfinished: bool) -> KindSpec:
     """Items whose sub-events are status only; the done item is the item."""
     return KindSpec(
@@ -447,7 +463,7 @@ KINDS: dict[str, KindSpec] = {
             "response.mcp_call_arguments.done",
         ),
         KindSpec("code_interpreter_call", "ci_", _copy_added, _code_delta, _code_done, _drop),
-        _passive("web_search_call", "ws_", keep_unfinished=False),
+        KindSpec("web_search_call", "ws_", _copy_added, _no_delta, _web_search_done, _drop),
         _passive("file_search_call", "fs_", keep_unfinished=False),
         _passive("image_generation_call", "ig_", keep_unfinished=False),
         _passive("mcp_list_tools", "mcpl_", keep_unfinished=True),

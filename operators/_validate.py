@@ -236,7 +236,7 @@ class Validator:
                 output_index=active[0],
             )
         response = frame.data["response"]
-        output = response.get("output")
+        output = None if failed else response.get("output")
         if output is not None:
             if type(output) is not list or len(output) != len(self._slots):
                 raise _terminal_mismatch()

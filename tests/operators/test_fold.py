@@ -1,0 +1,114 @@
+"""fold: per-kind folding, terminal metadata, EOF policy, final ordering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators import LimitExceededError, Limits, Validation
+from tests._support import (
+    added,
+    args_delta,
+    args_done,
+    completed,
+    created,
+    done,
+    fcall,
+    in_progress,
+    message,
+    run,
+    terminal,
+    text_delta,
+)
+
+LENIENT = Validation.LENIENT
+
+
+def test_done_item_is_authoritative_when_deltas_are_missing() -> None:
+    _, response = run(created(), in_progress(), added(message()), done(message(text="4", status="completed")), completed())
+    assert response.to_dict()["output"][0]["content"][0]["text"] == "4"
+
+
+@pytest.mark.parametrize("kind", ["completed", "failed", "incomplete"])
+def test_terminal_metadata_is_kept_from_every_terminal_type(kind: str) -> None:
+    """RFC bug 3: a non-null error on response.completed used to be lost."""
+    meta: dict[str, Any] = {
+        "error": {"code": "server_error", "message": "boom"},
+        "incomplete_details": {"reason": "max_output_tokens"},
+        "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+    }
+    for policy in (Validation.STRICT, LENIENT):
+        _, response = run(created(), in_progress(), terminal(kind, **meta), validation=policy)
+        d = response.to_dict()
+        assert d["status"] == kind
+        assert d["error"] == meta["error"]
+        assert d["incomplete_details"] == meta["incomplete_details"]
+        assert {k: d["usage"][k] for k in meta["usage"]} == meta["usage"]
+        assert d["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
+
+
+def test_lenient_eof_folds_active_items_and_reports_completed() -> None:
+    _, response = run(created(), in_progress(), added(fcall()), args_delta('{"value"'), args_delta(":1}"), validation=LENIENT)
+    d = response.to_dict()
+    assert d["status"] == "completed"
+    assert d["output"][0]["arguments"] == '{"value":1}'
+    assert d["output"][0]["status"] == "completed"
+
+
+def test_lenient_eof_folds_a_half_streamed_message() -> None:
+    _, response = run(created(), in_progress(), added(message()), text_delta("Hel"), text_delta("lo"), validation=LENIENT)
+    assert response.to_dict()["output"][0]["content"] == [{"type": "output_text", "text": "Hello", "annotations": []}]
+
+
+def test_unfinished_web_search_is_dropped() -> None:
+    ws = {"type": "web_search_call", "id": "ws_1", "status": "in_progress"}
+    _, response = run(created(), in_progress(), added(ws), added(message("msg_2"), 1), text_delta("x", "msg_2", 1), validation=LENIENT)
+    assert [o.type for o in response.output] == ["message"]
+
+
+def test_arguments_done_fills_when_deltas_missing() -> None:
+    _, response = run(created(), in_progress(), added(fcall()), args_done('{"a":1}'), validation=LENIENT)
+    assert response.to_dict()["output"][0]["arguments"] == '{"a":1}'
+
+
+def test_done_with_empty_fields_falls_back_to_streamed_values() -> None:
+    sparse = {"type": "function_call", "id": "", "call_id": "", "name": "", "arguments": "", "status": "completed"}
+    _, response = run(created(), in_progress(), added(fcall()), args_delta("{}"), done(sparse), completed(), validation=LENIENT)
+    out = response.to_dict()["output"][0]
+    assert (out["id"], out["call_id"], out["name"], out["arguments"]) == ("fc_1", "call_1", "get_weather", "{}")
+
+
+def test_reasoning_text_is_folded_from_deltas_and_done() -> None:
+    rs = {"type": "reasoning", "id": "rs_1", "summary": []}
+    events = [
+        created(), in_progress(), added(rs),
+        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0, "delta": "think"},
+        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0, "delta": "ing"},
+    ]
+    _, response = run(*events, validation=LENIENT)
+    assert response.to_dict()["output"][0]["content"] == [{"type": "reasoning_text", "text": "thinking"}]
+    done_item = {"type": "reasoning", "id": "rs_1", "summary": []}  # no content key: keep ours
+    _, response = run(*events, done(done_item), completed(), validation=LENIENT)
+    assert response.to_dict()["output"][0]["content"] == [{"type": "reasoning_text", "text": "thinking"}]
+
+
+def test_empty_item_id_gets_a_generated_id_used_in_stream_and_response() -> None:
+    frames, response = run(created(), in_progress(), added(fcall("", "c1")), args_delta("{}", item_id=""), validation=LENIENT)
+    generated = frames[2]["item"]["id"]
+    assert generated.startswith("fc_")
+    assert frames[3]["item_id"] == generated
+    assert response.output[0].id == generated
+
+
+def test_final_id_and_model_come_from_the_request_when_given() -> None:
+    _, response = run(created(model="upstream-model"), in_progress(), completed(), response_id="resp_gw", model="public-model")
+    assert (response.id, response.model) == ("resp_gw", "public-model")
+    _, response = run(created(model="upstream-model"), in_progress(), completed())
+    assert (response.id, response.model) == ("resp_1", "upstream-model")
+
+
+def test_retained_bytes_are_bounded() -> None:
+    with pytest.raises(LimitExceededError) as info:
+        run(created(), in_progress(), added(message()), *[text_delta("x" * 100) for _ in range(20)], limits=Limits(max_retained_bytes=1000), validation=LENIENT)
+    assert info.value.code == "retained_bytes"

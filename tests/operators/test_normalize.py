@@ -1,0 +1,52 @@
+"""normalize: one parse per payload, the catalogue, vLLM renames."""
+
+from __future__ import annotations
+
+from operators import Action, Normalizer, SseLine
+
+
+def norm(data: str):  # type: ignore[no-untyped-def]
+    return Normalizer().normalize(SseLine(data, 7))
+
+
+def test_known_event_gets_its_spec() -> None:
+    f = norm('{"type":"response.output_text.delta","output_index":0,"item_id":"m","delta":"x"}')
+    assert f.type == "response.output_text.delta"
+    assert f.spec.action is Action.MUTATE
+    assert f.spec.kinds == {"message"}
+    assert f.output_index == 0
+    assert f.line == 7
+
+
+def test_vllm_response_done_is_completed_in_frame_and_wire() -> None:
+    f = norm('{"type":"response.done","response":{"id":"r","status":"completed"}}')
+    assert f.type == f.data["type"] == "response.completed"
+    assert f.spec.action is Action.TERMINAL
+
+
+def test_completed_with_status_incomplete_becomes_incomplete() -> None:
+    f = norm('{"type":"response.completed","response":{"id":"r","status":"incomplete"}}')
+    assert f.type == f.data["type"] == "response.incomplete"
+
+
+def test_vllm_reasoning_part_names_become_content_part() -> None:
+    f = norm('{"type":"response.reasoning_part.added","output_index":0,"item_id":"r","content_index":0,"part":{"type":"reasoning_text","text":""}}')
+    assert f.type == f.data["type"] == "response.content_part.added"
+    assert "reasoning" in f.spec.kinds
+
+
+def test_unknown_types_pass_as_other() -> None:
+    f = norm('{"type":"response.future_event","x":1}')
+    assert f.spec.action is Action.OTHER
+    assert not f.malformed
+    assert f.data == {"type": "response.future_event", "x": 1}
+
+
+def test_error_event_is_other_not_terminal() -> None:
+    assert norm('{"type":"error","message":"boom"}').spec.action is Action.OTHER
+
+
+def test_malformed_payloads_are_flagged_not_raised() -> None:
+    for bad in ("{", "null", "[]", "3", '{"type":3}'):
+        assert norm(bad).malformed
+    assert Normalizer().normalize(SseLine("", 1, invalid=True)).malformed
