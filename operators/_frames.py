@@ -64,13 +64,14 @@ class Frame:
         data: dict[str, Any],
         spec: EventSpec,
         line: int = 0,
-        malformed: bool = False,
+        malformed: str | None = None,
     ) -> None:
         self.type = type
         self.data = data
         self.spec = spec
         self.line = line
         self.malformed = malformed
+        """None, or why the payload could not be read: ``"json"`` or ``"utf8"``."""
 
     @property
     def output_index(self) -> int | None:

@@ -40,19 +40,17 @@ class Normalizer:
 
     def normalize(self, line: SseLine) -> Frame:
         """One payload in, one frame out."""
-        if line.invalid:
-            return Frame("", {}, OTHER, line.line, malformed=True)
         try:
             data: Any = orjson.loads(line.data)
         except orjson.JSONDecodeError:
-            return Frame("", {}, OTHER, line.line, malformed=True)
+            return Frame("", {}, OTHER, line.line, malformed=_why(line.data))
         if type(data) is not dict:
-            return Frame("", {}, OTHER, line.line, malformed=True)
+            return Frame("", {}, OTHER, line.line, malformed="json")
         kind = data.get("type")
         if kind is None:
             return Frame("", data, OTHER, line.line)
         if type(kind) is not str:
-            return Frame("", data, OTHER, line.line, malformed=True)
+            return Frame("", data, OTHER, line.line, malformed="json")
         renamed = RENAMES.get(kind)
         if renamed is not None:
             kind = data["type"] = renamed
@@ -71,3 +69,11 @@ class Normalizer:
                     line=line.line,
                 )
         return Frame(kind, data, CATALOGUE.get(kind, OTHER), line.line)
+
+
+def _why(data: bytes) -> str:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "utf8"
+    return "json"

@@ -10,10 +10,10 @@ Rules:
 * ``data: [DONE]`` / ``data:[DONE]`` ends the stream at once: `done` turns true and every
   later byte is ignored.
 * Comments (``:``), ``event:``, ``id:``, ``retry:`` and unknown fields carry no payload.
-* UTF-8 is decoded per complete line, so a character split across chunks survives. A line
-  that is not UTF-8 makes the event it belongs to *invalid*: it is still emitted, flagged, so
-  the validate stage (the one place the policy lives) rejects it (strict) or counts and skips
-  it (lenient).
+* Payloads stay bytes of complete lines, so a character split across chunks survives; the
+  JSON parser in normalize decodes them once. A payload that is not UTF-8 becomes a malformed
+  frame there, which the validate stage (the one place the policy lives) rejects (strict,
+  ``invalid_utf8``) or counts and skips (lenient).
 * At end of input, an unterminated last line and a pending event are still dispatched.
 
 State: the unterminated tail, whether the previous chunk ended in CR, the pending event's data
@@ -28,33 +28,27 @@ import re
 from operators._errors import FramingError
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
-_DONE = "[DONE]"
+_DONE = b"[DONE]"
 
 
 class SseLine:
-    """The data of one SSE event, as text, with the line it started on."""
+    """The data of one SSE event (raw UTF-8 bytes, decoded once by the JSON parser), with the
+    line it started on."""
 
-    __slots__ = ("data", "invalid", "line")
+    __slots__ = ("data", "line")
 
-    def __init__(self, data: str, line: int, invalid: bool = False) -> None:
+    def __init__(self, data: bytes, line: int) -> None:
         self.data = data
         self.line = line
-        self.invalid = invalid
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, SseLine)
-            and self.data == other.data
-            and self.line == other.line
-            and self.invalid == other.invalid
-        )
+        return isinstance(other, SseLine) and self.data == other.data and self.line == other.line
 
     def __hash__(self) -> int:
-        return hash((self.data, self.line, self.invalid))
+        return hash((self.data, self.line))
 
     def __repr__(self) -> str:
-        flag = ", invalid" if self.invalid else ""
-        return f"SseLine(line={self.line}, {len(self.data)} chars{flag})"
+        return f"SseLine(line={self.line}, {len(self.data)} bytes)"
 
 
 class LineSplitter:
@@ -62,7 +56,6 @@ class LineSplitter:
 
     __slots__ = (
         "_data",
-        "_data_invalid",
         "_data_line",
         "_done",
         "_error",
@@ -79,9 +72,8 @@ class LineSplitter:
         self._tail = b""
         self._skip_lf = False
         self._line_no = 0
-        self._data: list[str] = []
+        self._data: list[bytes] = []
         self._data_line = 0
-        self._data_invalid = False
         self._done = False
         self._error: FramingError | None = None
 
@@ -118,20 +110,46 @@ class LineSplitter:
                 self._skip_lf = True
         else:
             parts = buf.split(b"\n")
-        self._tail = parts.pop()
+        tail = parts.pop()
         out: list[SseLine] = []
-        for raw in parts:
-            self._line(raw, out)
-            if self._done or self._error is not None:
-                self._tail = b""
-                break
+        if len(buf) <= self._max:
+            self._fast(parts, out)
         else:
-            if len(self._tail) > self._max:
-                self._error = self._too_long(self._line_no + 1)
-                self._tail = b""
+            for raw in parts:
+                self._line(raw, out)
+                if self._done or self._error is not None:
+                    break
+        if self._done or self._error is not None:
+            tail = b""
+        elif len(tail) > self._max:
+            self._error = self._too_long(self._line_no + 1)
+            tail = b""
+        self._tail = tail
         if self._error is not None and not out:
             raise self._error
         return out
+
+    def _fast(self, parts: list[bytes], out: list[SseLine]) -> None:
+        """The hot loop: no line can be over the limit; ``data: {`` lines take no detour."""
+        data = self._data
+        line_no = self._line_no
+        append = out.append
+        for raw in parts:
+            line_no += 1
+            if not raw:
+                if data:
+                    append(SseLine(data[0] if len(data) == 1 else b"\n".join(data), self._data_line))
+                    data.clear()
+            elif raw[:7] == b"data: {" or raw[:6] == b"data:{":
+                if not data:
+                    self._data_line = line_no
+                data.append(raw[6:] if raw[5] == 32 else raw[5:])
+            elif raw[:5] == b"data:":
+                self._line_no = line_no - 1
+                self._line(raw, out)
+                if self._done:
+                    return
+        self._line_no = line_no
 
     def flush(self) -> list[SseLine]:
         """End of input: dispatch the unterminated last line and any pending event."""
@@ -168,18 +186,11 @@ class LineSplitter:
             return
         if raw[:5] != b"data:":
             return  # comment, event:, id:, retry:, unknown field: no payload
-        value_b = raw[6:] if raw[5:6] == b" " else raw[5:]
-        try:
-            value = value_b.decode("utf-8")
-        except UnicodeDecodeError:
-            if not self._data:
-                self._data_line = self._line_no
-            self._data_invalid = True
-            self._data.append("")
+        value = raw[6:] if raw[5:6] == b" " else raw[5:]
+        stripped = value.strip()
+        if not stripped:
             return
-        if not value or value.isspace():
-            return
-        if value.strip() == _DONE:
+        if stripped == _DONE:
             self._dispatch(out)
             self._done = True
             return
@@ -191,7 +202,5 @@ class LineSplitter:
         data = self._data
         if not data:
             return
-        text = data[0] if len(data) == 1 else "\n".join(data)
-        out.append(SseLine(text, self._data_line, self._data_invalid))
-        self._data = []
-        self._data_invalid = False
+        out.append(SseLine(data[0] if len(data) == 1 else b"\n".join(data), self._data_line))
+        data.clear()

@@ -92,6 +92,11 @@ class Validator:
     def _accept(self, frame: Frame) -> bool:
         if frame.malformed:
             if self._strict:
+                if frame.malformed == "utf8":
+                    raise ProtocolError(
+                        "upstream stream contains a data frame that is not valid UTF-8",
+                        code="invalid_utf8",
+                    )
                 raise ProtocolError(
                     "upstream stream contains a malformed data frame (not a JSON object with a "
                     "string 'type')",

@@ -6,7 +6,7 @@ from operators import Action, Normalizer, SseLine
 
 
 def norm(data: str):  # type: ignore[no-untyped-def]
-    return Normalizer().normalize(SseLine(data, 7))
+    return Normalizer().normalize(SseLine(data.encode(), 7))
 
 
 def test_known_event_gets_its_spec() -> None:
@@ -49,4 +49,5 @@ def test_error_event_is_other_not_terminal() -> None:
 def test_malformed_payloads_are_flagged_not_raised() -> None:
     for bad in ("{", "null", "[]", "3", '{"type":3}'):
         assert norm(bad).malformed
-    assert Normalizer().normalize(SseLine("", 1, invalid=True)).malformed
+    assert norm("{").malformed == "json"
+    assert Normalizer().normalize(SseLine(b'{"type":"\xff"}', 1)).malformed == "utf8"

@@ -233,6 +233,19 @@ def test_malformed_data_is_rejected_strictly_and_skipped_leniently(payload: str)
     assert response.status == "completed"
 
 
+def test_invalid_utf8_is_rejected_strictly_and_skipped_leniently() -> None:
+    from flows import decode
+    from tests._support import sse
+
+    bad = b'data: {"type":"\xff"}\n\n'
+    with pytest.raises(ProtocolError) as info:
+        decode(bad, validation=STRICT)
+    assert (info.value.code, info.value.line) == ("invalid_utf8", 1)
+    body = sse(*text_stream()[:3]) + bad + sse(*text_stream()[3:])
+    response = decode(body, validation=LENIENT)
+    assert response.to_dict()["output"][0]["content"][0]["text"] == "Hello world"
+
+
 def test_non_data_lines_do_not_satisfy_strict_finalization() -> None:
     error = strict_error(created(), in_progress())
     assert error.code == "eof_without_terminal"

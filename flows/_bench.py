@@ -1,0 +1,129 @@
+"""``respflow bench``: throughput of the core against a floor measured in the same run.
+
+The floor is the least any SSE consumer must do: split the same bytes into lines in a plain
+loop and ``orjson.loads`` every ``data:`` payload. Every figure is a median over repeats and
+is reported as a ratio to that floor, so a noisy machine moves both alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from operators import AgentPipeline, LineSplitter, Validation
+
+READ_SIZE = 16 << 10
+
+
+def synthetic_stream(items: int = 40, deltas: int = 250) -> bytes:
+    """A vLLM-shaped stream: reasoning, message and function-call items with many deltas."""
+    out: list[bytes] = []
+    seq = 0
+
+    def emit(event: dict[str, Any]) -> None:
+        nonlocal seq
+        event["sequence_number"] = seq
+        seq += 1
+        out.append(b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n")
+
+    rid = "resp_bench"
+    emit({"type": "response.created", "response": {"id": rid, "status": "in_progress", "output": [], "model": "bench", "object": "response", "created_at": 1}})
+    emit({"type": "response.in_progress", "response": {"id": rid, "status": "in_progress"}})
+    for i in range(items):
+        kind = i % 3
+        iid = f"item-{i:04d}-4e5a-8b9c-0d1e2f3a4b5c"
+        if kind == 0:
+            emit({"type": "response.output_item.added", "output_index": i, "item": {"type": "reasoning", "id": iid, "summary": [], "status": "in_progress"}})
+            for d in range(deltas):
+                emit({"type": "response.reasoning_text.delta", "output_index": i, "item_id": iid, "content_index": 0, "delta": f" token{d}"})
+            emit({"type": "response.output_item.done", "output_index": i, "item": {"type": "reasoning", "id": iid, "summary": [], "content": [{"type": "reasoning_text", "text": "…"}], "status": "completed"}})
+        elif kind == 1:
+            emit({"type": "response.output_item.added", "output_index": i, "item": {"type": "message", "id": iid, "role": "assistant", "status": "in_progress", "content": []}})
+            emit({"type": "response.content_part.added", "output_index": i, "item_id": iid, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})
+            text = []
+            for d in range(deltas):
+                text.append(f" word{d}")
+                emit({"type": "response.output_text.delta", "output_index": i, "item_id": iid, "content_index": 0, "delta": text[-1], "logprobs": []})
+            full = "".join(text)
+            emit({"type": "response.output_text.done", "output_index": i, "item_id": iid, "content_index": 0, "text": full, "logprobs": []})
+            emit({"type": "response.content_part.done", "output_index": i, "item_id": iid, "content_index": 0, "part": {"type": "output_text", "text": full, "annotations": []}})
+            emit({"type": "response.output_item.done", "output_index": i, "item": {"type": "message", "id": iid, "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": full, "annotations": []}]}})
+        else:
+            emit({"type": "response.output_item.added", "output_index": i, "item": {"type": "function_call", "id": iid, "call_id": f"call_{i}", "name": "lookup", "arguments": "", "status": "in_progress"}})
+            args = []
+            for d in range(deltas):
+                args.append(f'"k{d}": {d}, ')
+                emit({"type": "response.function_call_arguments.delta", "output_index": i, "item_id": iid, "delta": args[-1]})
+            emit({"type": "response.function_call_arguments.done", "output_index": i, "item_id": iid, "arguments": "".join(args), "name": "lookup"})
+            emit({"type": "response.output_item.done", "output_index": i, "item": {"type": "function_call", "id": iid, "call_id": f"call_{i}", "name": "lookup", "arguments": "".join(args), "status": "completed"}})
+    emit({"type": "response.completed", "response": {"id": rid, "status": "completed", "usage": {"input_tokens": 1, "output_tokens": items * deltas, "total_tokens": 1 + items * deltas}}})
+    return b"".join(out)
+
+
+def reads(body: bytes, size: int = READ_SIZE) -> list[bytes]:
+    return [body[i : i + size] for i in range(0, len(body), size)]
+
+
+def floor(chunks: list[bytes]) -> int:
+    """Split into lines in a plain loop and parse every data payload: the least possible work."""
+    tail = b""
+    events = 0
+    loads = orjson.loads
+    for chunk in chunks:
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            if line[:6] == b"data: ":
+                loads(line[6:])
+                events += 1
+    return events
+
+
+def core(chunks: list[bytes]) -> int:
+    """split → normalize → validate → fold (→ translate) and finish(), lenient."""
+    splitter = LineSplitter()
+    pipeline = AgentPipeline(validation=Validation.LENIENT, response_id="resp_gw")
+    events = 0
+    for chunk in chunks:
+        for line in splitter.feed(chunk):
+            events += len(pipeline.push(line).frames)
+    for line in splitter.flush():
+        events += len(pipeline.push(line).frames)
+    pipeline.finish()
+    return events
+
+
+def median_time(fn: Callable[[list[bytes]], int], chunks: list[bytes], repeats: int) -> tuple[float, int]:
+    times = []
+    events = 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        events = fn(chunks)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), events
+
+
+def run_core_bench(*, quick: bool = False) -> list[dict[str, Any]]:
+    """Rows of the core benchmark: name, events, median seconds, events/s, ratio to the floor."""
+    body = synthetic_stream(items=12 if quick else 60, deltas=200 if quick else 500)
+    chunks = reads(body)
+    repeats = 3 if quick else 7
+    rows: list[dict[str, Any]] = []
+    base_t, base_n = median_time(floor, chunks, repeats)
+    for name, fn in (("floor (split + orjson.loads)", floor), ("core (split→normalize→validate→fold)", core)):
+        t, n = (base_t, base_n) if fn is floor else median_time(fn, chunks, repeats)
+        rows.append(
+            {
+                "name": name,
+                "bytes": len(body),
+                "events": n,
+                "median_s": round(t, 4),
+                "events_per_s": round(n / t),
+                "ratio_to_floor": round((n / t) / (base_n / base_t), 3),
+            }
+        )
+    return rows

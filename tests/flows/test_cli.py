@@ -1,0 +1,67 @@
+"""The ``respflow`` CLI contract (acceptance checks call exactly this)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests._support import FIXTURES, completed, created, in_progress, sse, text_delta
+
+
+def respflow(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows._cli", *args], input=stdin, capture_output=True, timeout=60, check=False
+    )
+
+
+def test_fold_prints_the_response_json() -> None:
+    result = respflow("fold", str(FIXTURES / "function-call-vllm-gemma4.sse"))
+    assert result.returncode == 0, result.stderr
+    response = json.loads(result.stdout)
+    assert response["output"][0]["name"] == "get_weather"
+    assert json.loads(response["output"][0]["arguments"]) == {"city": "San Francisco"}
+    assert response["usage"]["total_tokens"] == 87
+
+
+def test_fold_reads_stdin_and_takes_id_and_model() -> None:
+    body = (FIXTURES / "text-openai-gpt-4o.sse").read_bytes()
+    result = respflow("fold", "-", "--response-id", "resp_gw", "--model", "pub", stdin=body)
+    assert result.returncode == 0
+    response = json.loads(result.stdout)
+    assert (response["id"], response["model"]) == ("resp_gw", "pub")
+
+
+def test_strict_violation_exits_1_with_code_and_line() -> None:
+    body = sse(created(), in_progress(), text_delta("x"), completed())
+    result = respflow("fold", "-", "--strict", stdin=body)
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert result.stderr.decode().strip() == (
+        "error[no_active_item]: upstream stream event 'response.output_text.delta' has no active "
+        "output item at output[0] (line 5)"
+    )
+
+
+def test_lenient_is_the_default() -> None:
+    body = sse(created(), in_progress(), text_delta("x"), completed())
+    assert respflow("fold", "-", stdin=body).returncode == 0
+
+
+def test_bad_input_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    result = respflow("fold", str(tmp_path / "missing.sse"))
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error[input]:")
+    bad = tmp_path / "bad.sse"
+    bad.write_bytes(b"data: " + b"x" * 2_000_000 + b"\n\n")
+    result = respflow("fold", str(bad))
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error[line_too_long]:")
+    assert b"Traceback" not in result.stderr
+
+
+def test_strict_eof_without_terminal_has_no_line() -> None:
+    result = respflow("fold", "-", "--strict", stdin=sse(created(), in_progress()))
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error[eof_without_terminal]:")

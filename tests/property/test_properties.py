@@ -1,0 +1,99 @@
+"""Properties over large input spaces: chunking, line endings, policies, the client oracle."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flows import decode
+from operators import LineSplitter, SseLine, Validation
+from tests._support import RECORDED, client_final_response, fixture_bytes, sse
+from tests.flows.test_fixtures_vs_client import content_of
+from tests.property.strategies import valid_streams
+
+BODIES = {name: fixture_bytes(name) for name in RECORDED}
+
+
+def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    out, last = [], 0
+    for p in [*points, len(body)]:
+        out.append(body[last:p])
+        last = p
+    return out
+
+
+def split(chunks: list[bytes]) -> list[SseLine]:
+    s = LineSplitter()
+    out: list[SseLine] = []
+    for c in chunks:
+        out += s.feed(c)
+    return out + s.flush()
+
+
+def stable(response: dict[str, Any]) -> dict[str, Any]:
+    response = dict(response)
+    response.pop("created_at", None)
+    return response
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(BODIES)), cuts=st.lists(st.integers(0, 1 << 20), max_size=40))
+def test_any_chunking_gives_the_same_lines_and_response(name: str, cuts: list[int]) -> None:
+    body = BODIES[name]
+    assert split(chunked(body, cuts)) == split([body])
+    one = decode([body], validation=Validation.LENIENT, response_id="r").to_dict()
+    many = decode(chunked(body, cuts), validation=Validation.LENIENT, response_id="r").to_dict()
+    assert stable(one) == stable(many)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(sorted(BODIES)),
+    ending=st.sampled_from([b"\r\n", b"\r"]),
+    cuts=st.lists(st.integers(0, 1 << 20), max_size=20),
+)
+def test_cr_lf_and_crlf_agree(name: str, ending: bytes, cuts: list[int]) -> None:
+    body = BODIES[name]
+    other = body.replace(b"\n", ending)
+    lf = [(x.data, x.line) for x in split([body])]
+    assert [(x.data, x.line) for x in split(chunked(other, cuts))] == lf
+
+
+@settings(max_examples=150, deadline=None)
+@given(stream=valid_streams(), cuts=st.lists(st.integers(0, 1 << 16), max_size=30))
+def test_lenient_accepts_what_strict_accepts_with_the_same_response(stream: list[dict[str, Any]], cuts: list[int]) -> None:
+    body = sse(*stream)
+    strict = decode(chunked(body, cuts), validation=Validation.STRICT, response_id="r")
+    lenient = decode(chunked(body, cuts), validation=Validation.LENIENT, response_id="r")
+    assert stable(strict.to_dict()) == stable(lenient.to_dict())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=valid_streams())
+def test_one_pass_fold_equals_the_official_clients_final_response(stream: list[dict[str, Any]]) -> None:
+    body = sse(*[dict(e, sequence_number=i) for i, e in enumerate(stream)])
+    ours = decode(body, validation=Validation.STRICT).to_dict()
+    theirs = client_final_response(body).model_dump(mode="json")
+    assert [content_of(i) for i in ours["output"]] == [content_of(i) for i in theirs["output"]]
+    assert [i["id"] for i in ours["output"]] == [i["id"] for i in theirs["output"]]
+    for item in ours["output"]:
+        if item["type"] == "function_call":
+            json.loads(item["arguments"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(garbage=st.lists(st.binary(max_size=64) | st.sampled_from([b"data: {}\n\n", b"data: [DONE]\n", b"\r", b"\n", b"data: {\"type\":\"response.created\"}\n\n"]), max_size=20))
+def test_malformed_input_gives_a_typed_error_or_a_response(garbage: list[bytes]) -> None:
+    from operators import RespflowError
+
+    for policy in (Validation.STRICT, Validation.LENIENT):
+        try:
+            response = decode(garbage, validation=policy)
+        except RespflowError as exc:
+            assert exc.code and exc.describe().startswith("error[")
+        else:
+            assert response.status in ("completed", "failed", "incomplete")
