@@ -89,10 +89,8 @@ def core(chunks: list[bytes]) -> int:
     pipeline = AgentPipeline(validation=Validation.LENIENT, response_id="resp_gw")
     events = 0
     for chunk in chunks:
-        for line in splitter.feed(chunk):
-            events += len(pipeline.push(line).frames)
-    for line in splitter.flush():
-        events += len(pipeline.push(line).frames)
+        events += len(pipeline.push_all(splitter.feed(chunk)).frames)
+    events += len(pipeline.push_all(splitter.flush()).frames)
     pipeline.finish()
     return events
 

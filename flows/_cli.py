@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     fold = sub.add_parser("fold", help="fold an SSE stream into the final Response (JSON)")
     _add_stream_options(fold)
+    bench = sub.add_parser("bench", help="print the benchmark table (ratios to a same-run floor)")
+    bench.add_argument("--quick", action="store_true", help="a smaller, faster run")
+    bench.add_argument("--json", action="store_true", help="print the rows as JSON")
     return parser
 
 
@@ -71,12 +74,31 @@ def _fold(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from flows._bench import run_core_bench
+
+    print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)
+    rows = run_core_bench(quick=args.quick)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    print(f"{'workload':42} {'events':>8} {'median s':>9} {'events/s':>10} {'x floor':>8}")
+    for row in rows:
+        print(
+            f"{row['name']:42} {row['events']:>8} {row['median_s']:>9.4f} "
+            f"{row['events_per_s']:>10} {row['ratio_to_floor']:>8.3f}"
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``respflow`` console script."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "fold":
             return _fold(args)
+        if args.command == "bench":
+            return _bench(args)
     except RespflowError as exc:
         print(exc.describe(), file=sys.stderr)
         return 1

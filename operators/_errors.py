@@ -16,6 +16,8 @@ excerpt of the offending input.
 
 from __future__ import annotations
 
+from typing import Any
+
 _EXCERPT = 80
 
 
@@ -48,6 +50,8 @@ class RespflowError(Exception):
         self.stage = stage
         self.line = line
         self.output_index = output_index
+        self.partial: list[Any] = []
+        """Frames produced in the same batch before this error, to deliver before it."""
 
     def at(self, *, line: int | None = None, stage: str | None = None) -> RespflowError:
         """Fill in the position and stage if they are not known yet; returns self."""

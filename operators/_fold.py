@@ -30,6 +30,13 @@ from operators._frames import Action, Frame
 from operators._items import Building, KindSpec, kind_spec, new_id
 from operators._response import Response
 
+# enum members bound once: `Action.X` is a slow lookup on the per-token path
+_COMPLETE = Action.COMPLETE
+_CREATED = Action.CREATED
+_MUTATE = Action.MUTATE
+_OPEN = Action.OPEN
+_TERMINAL = Action.TERMINAL
+
 _STATUS = {
     "response.completed": "completed",
     "response.failed": "failed",
@@ -40,13 +47,21 @@ _STATUS = {
 class Slot:
     """One output item: active while it streams, done once its done arrived."""
 
-    __slots__ = ("building", "done", "item", "spec")
+    __slots__ = ("building", "done", "generated", "item", "spec")
 
-    def __init__(self, spec: KindSpec, building: Building | None, item: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        spec: KindSpec,
+        building: Building | None,
+        item: dict[str, Any] | None,
+        generated: bool = False,
+    ) -> None:
         self.spec = spec
         self.building = building
         self.item = item
         self.done = item is not None
+        self.generated = generated
+        """The item id was made up here: frames that name no item get it written in."""
 
     def current(self) -> dict[str, Any]:
         """The item as far as it is known."""
@@ -103,28 +118,36 @@ class Folder:
         """Fold one accepted frame."""
         action = frame.spec.action
         data = frame.data
-        if action is Action.MUTATE:
+        if action is _MUTATE:
             slot = self.slots.get(data["output_index"])
-            if slot is None or slot.building is None or slot.done:
+            if slot is None or slot.done:
                 return
-            self._charge(data.get("delta"), frame)
+            building = slot.building
+            delta = data.get("delta")
+            if type(delta) is str:
+                self._retained += len(delta)
+                if self._retained > self._max_retained:
+                    self._charge_bytes(0, frame)
+            fn = slot.spec.deltas.get(frame.type)
+            if fn is not None:
+                fn(building, data)  # type: ignore[arg-type]
             if not data.get("item_id") and frame.spec.needs_item_id:
-                data["item_id"] = slot.building.item.get("id", "")
-            slot.spec.apply_delta(slot.building, frame.type, data)
-        elif action is Action.OPEN:
+                data["item_id"] = slot.current().get("id", "")  # frames name the public id
+        elif action is _OPEN:
             item = data["item"]
             spec = kind_spec(item.get("type", ""))
-            if not item.get("id"):
+            generated = not item.get("id")
+            if generated:
                 item["id"] = item.get("item_id") or new_id(spec.id_prefix)
             self._charge_item(item, frame)
-            self.slots[data["output_index"]] = Slot(spec, spec.from_added(item), None)
-        elif action is Action.COMPLETE:
+            self.slots[data["output_index"]] = Slot(spec, spec.from_added(item), None, generated)
+        elif action is _COMPLETE:
             self._complete(frame)
-        elif action is Action.CREATED:
+        elif action is _CREATED:
             response = data.get("response")
             if isinstance(response, dict) and not self._snapshot:
                 self._snapshot = response
-        elif action is Action.TERMINAL and self._terminal is None:
+        elif action is _TERMINAL and self._terminal is None:
             self._terminal = frame.type
             response = data.get("response")
             if isinstance(response, dict):

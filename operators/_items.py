@@ -10,7 +10,7 @@ adding one entry to `KINDS`; nothing else in the pipeline names kinds.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -135,25 +135,37 @@ def new_id(prefix: str) -> str:
 # ---- per-kind behaviour ---------------------------------------------------------------------
 
 
+DeltaFn = Callable[["Building", dict[str, Any]], None]
+
+
 @dataclass(frozen=True, slots=True)
 class KindSpec:
-    """How one item kind is folded."""
+    """How one item kind is folded.
+
+    ``deltas`` maps each sub-event type of the kind to the function that folds it (a dict
+    lookup per token instead of a chain of comparisons); sub-events not listed are status only.
+    """
 
     kind: str
     id_prefix: str
     from_added: Callable[[dict[str, Any]], Building]
-    apply_delta: Callable[[Building, str, dict[str, Any]], None]
+    deltas: Mapping[str, DeltaFn]
     apply_done: Callable[[Building, dict[str, Any]], dict[str, Any]]
     finalize: Callable[[Building], dict[str, Any] | None]
     call_like: bool = False  # carries a call_id that must stay stable
+
+    def apply_delta(self, building: Building, type: str, data: dict[str, Any]) -> None:
+        """Fold one sub-event of this kind into ``building``."""
+        fn = self.deltas.get(type)
+        if fn is not None:
+            fn(building, data)
 
 
 def _copy_added(item: dict[str, Any]) -> Building:
     return Building(dict(item))
 
 
-def _no_delta(b: Building, type: str, data: dict[str, Any]) -> None:
-    return None
+_NO_DELTAS: Mapping[str, DeltaFn] = {}
 
 
 def _replace(b: Building, done: dict[str, Any]) -> dict[str, Any]:
@@ -188,40 +200,65 @@ def _part_at(parts: dict[int, _Part], index: Any, default_type: str) -> _Part:
     return part
 
 
-def _message_delta(b: Building, type: str, data: dict[str, Any]) -> None:
-    if type == "response.output_text.delta":
+def _text_delta(b: Building, data: dict[str, Any]) -> None:
+    p = b.parts.get(data.get("content_index", 0))
+    if p is None:
         p = _part_at(b.parts, data.get("content_index"), "output_text")
-        p.chunks.append(data.get("delta") or "")
-        p.streamed = True
-    elif type == "response.output_text.done":
-        p = _part_at(b.parts, data.get("content_index"), "output_text")
-        if not p.streamed:
-            p.chunks = [data.get("text") or ""]
-    elif type == "response.refusal.delta":
-        p = _part_at(b.parts, data.get("content_index"), "refusal")
-        p.part["type"] = "refusal"
-        p.chunks.append(data.get("delta") or "")
-        p.streamed = True
-    elif type == "response.refusal.done":
-        p = _part_at(b.parts, data.get("content_index"), "refusal")
-        p.part["type"] = "refusal"
-        if not p.streamed:
-            p.chunks = [data.get("refusal") or ""]
-    elif type in ("response.content_part.added", "response.content_part.done"):
+    p.chunks.append(data.get("delta") or "")
+    p.streamed = True
+
+
+def _text_done(b: Building, data: dict[str, Any]) -> None:
+    p = _part_at(b.parts, data.get("content_index"), "output_text")
+    if not p.streamed:
+        p.chunks = [data.get("text") or ""]
+
+
+def _refusal_delta(b: Building, data: dict[str, Any]) -> None:
+    p = _part_at(b.parts, data.get("content_index"), "refusal")
+    p.part["type"] = "refusal"
+    p.chunks.append(data.get("delta") or "")
+    p.streamed = True
+
+
+def _refusal_done(b: Building, data: dict[str, Any]) -> None:
+    p = _part_at(b.parts, data.get("content_index"), "refusal")
+    p.part["type"] = "refusal"
+    if not p.streamed:
+        p.chunks = [data.get("refusal") or ""]
+
+
+def _part_event(done: bool) -> DeltaFn:
+    def apply(b: Building, data: dict[str, Any]) -> None:
         part = data.get("part")
         p = _part_at(b.parts, data.get("content_index"), "output_text")
         if isinstance(part, dict):
             text = part.get("text", part.get("refusal"))
             p.part = {k: v for k, v in part.items() if k not in ("text", "refusal")}
-            if type.endswith(".done"):
+            if done:
                 p.complete = True
                 if not p.streamed and isinstance(text, str):
                     p.chunks = [text]
-    elif type == "response.output_text.annotation.added":
-        p = _part_at(b.parts, data.get("content_index"), "output_text")
-        annotations = p.part.setdefault("annotations", [])
-        if isinstance(annotations, list) and "annotation" in data:
-            annotations.append(data["annotation"])
+
+    return apply
+
+
+def _annotation(b: Building, data: dict[str, Any]) -> None:
+    p = _part_at(b.parts, data.get("content_index"), "output_text")
+    annotations = p.part.setdefault("annotations", [])
+    if isinstance(annotations, list) and "annotation" in data:
+        annotations.append(data["annotation"])
+
+
+_MESSAGE_DELTAS: Mapping[str, DeltaFn] = {
+    "response.output_text.delta": _text_delta,
+    "response.output_text.done": _text_done,
+    "response.refusal.delta": _refusal_delta,
+    "response.refusal.done": _refusal_done,
+    "response.content_part.added": _part_event(False),
+    "response.content_part.done": _part_event(True),
+    "response.output_text.annotation.added": _annotation,
+}
 
 
 def _message_parts(b: Building) -> list[dict[str, Any]]:
@@ -267,22 +304,45 @@ def _reasoning_added(item: dict[str, Any]) -> Building:
     return b
 
 
-def _reasoning_delta(b: Building, type: str, data: dict[str, Any]) -> None:
-    if type.startswith("response.reasoning_summary_"):
-        p = _part_at(b.summary, data.get("summary_index"), "summary_text")
-    else:
-        p = _part_at(b.parts, data.get("content_index"), "reasoning_text")
-    if type.endswith("_text.delta"):
-        p.chunks.append(data.get("delta") or "")
-        p.streamed = True
-    elif type.endswith("_text.done"):
+def _reasoning_text(summary: bool, done: bool) -> DeltaFn:
+    index_key, kind = ("summary_index", "summary_text") if summary else ("content_index", "reasoning_text")
+
+    def apply(b: Building, data: dict[str, Any]) -> None:
+        parts = b.summary if summary else b.parts
+        p = parts.get(data.get(index_key, 0))
+        if p is None:
+            p = _part_at(parts, data.get(index_key), kind)
+        if not done:
+            p.chunks.append(data.get("delta") or "")
+            p.streamed = True
+            return
         text = data.get("text")
         if isinstance(text, str) and (text or not p.streamed):
             p.chunks = [text]
-    elif type.endswith("part.done"):
+
+    return apply
+
+
+def _reasoning_part_done(summary: bool) -> DeltaFn:
+    index_key = "summary_index" if summary else "content_index"
+
+    def apply(b: Building, data: dict[str, Any]) -> None:
+        p = _part_at(b.summary if summary else b.parts, data.get(index_key), "")
         part = data.get("part")
         if isinstance(part, dict) and isinstance(part.get("text"), str) and not p.streamed:
             p.chunks = [part["text"]]
+
+    return apply
+
+
+_REASONING_DELTAS: Mapping[str, DeltaFn] = {
+    "response.reasoning_text.delta": _reasoning_text(False, False),
+    "response.reasoning_text.done": _reasoning_text(False, True),
+    "response.reasoning_summary_text.delta": _reasoning_text(True, False),
+    "response.reasoning_summary_text.done": _reasoning_text(True, True),
+    "response.content_part.done": _reasoning_part_done(False),
+    "response.reasoning_summary_part.done": _reasoning_part_done(True),
+}
 
 
 def _reasoning_lists(b: Building) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -335,20 +395,20 @@ def _call_added(field: str) -> Callable[[dict[str, Any]], Building]:
     return added
 
 
-def _call_delta(field: str, delta_type: str, done_type: str) -> Callable[[Building, str, dict[str, Any]], None]:
-    def apply(b: Building, type: str, data: dict[str, Any]) -> None:
-        if type == delta_type:
-            b.chunks.append(data.get("delta") or "")
-        elif type == done_type:
-            value = data.get(field)
-            if isinstance(value, str) and value:
-                b.item[field] = value
-            for key in ("call_id", "name"):
-                v = data.get(key)
-                if isinstance(v, str) and v:
-                    b.item[key] = v
+def _call_deltas(field: str, delta_type: str, done_type: str) -> Mapping[str, DeltaFn]:
+    def delta(b: Building, data: dict[str, Any]) -> None:
+        b.chunks.append(data.get("delta") or "")
 
-    return apply
+    def done(b: Building, data: dict[str, Any]) -> None:
+        value = data.get(field)
+        if isinstance(value, str) and value:
+            b.item[field] = value
+        for key in ("call_id", "name"):
+            v = data.get(key)
+            if isinstance(v, str) and v:
+                b.item[key] = v
+
+    return {delta_type: delta, done_type: done}
 
 
 def _call_value(b: Building, field: str) -> str:
@@ -387,7 +447,7 @@ def _call_spec(kind: str, prefix: str, field: str, delta_type: str, done_type: s
         kind,
         prefix,
         _call_added(field),
-        _call_delta(field, delta_type, done_type),
+        _call_deltas(field, delta_type, done_type),
         _call_done(field),
         _call_finalize(field),
         call_like=kind != "mcp_call",
@@ -397,11 +457,19 @@ def _call_spec(kind: str, prefix: str, field: str, delta_type: str, done_type: s
 # code interpreter ---------------------------------------------------------------------------
 
 
-def _code_delta(b: Building, type: str, data: dict[str, Any]) -> None:
-    if type == "response.code_interpreter_call_code.delta":
-        b.chunks.append(data.get("delta") or "")
-    elif type == "response.code_interpreter_call_code.done" and isinstance(data.get("code"), str):
+def _code_delta(b: Building, data: dict[str, Any]) -> None:
+    b.chunks.append(data.get("delta") or "")
+
+
+def _code_code_done(b: Building, data: dict[str, Any]) -> None:
+    if isinstance(data.get("code"), str):
         b.chunks = [data["code"]]
+
+
+_CODE_DELTAS: Mapping[str, DeltaFn] = {
+    "response.code_interpreter_call_code.delta": _code_delta,
+    "response.code_interpreter_call_code.done": _code_code_done,
+}
 
 
 def _code_done(b: Building, done: dict[str, Any]) -> dict[str, Any]:
@@ -430,16 +498,16 @@ def _url_source(source: Any) -> Any:
 def _passive(kind: str, prefix: str, *, keep_unfinished: bool) -> KindSpec:
     """Items whose sub-events are status only; the done item is the item."""
     return KindSpec(
-        kind, prefix, _copy_added, _no_delta, _replace, _as_added if keep_unfinished else _drop
+        kind, prefix, _copy_added, _NO_DELTAS, _replace, _as_added if keep_unfinished else _drop
     )
 
 
 KINDS: dict[str, KindSpec] = {
     spec.kind: spec
     for spec in (
-        KindSpec("message", "msg_", _message_added, _message_delta, _message_done, _message_finalize),
+        KindSpec("message", "msg_", _message_added, _MESSAGE_DELTAS, _message_done, _message_finalize),
         KindSpec(
-            "reasoning", "rs_", _reasoning_added, _reasoning_delta, _reasoning_done, _reasoning_finalize
+            "reasoning", "rs_", _reasoning_added, _REASONING_DELTAS, _reasoning_done, _reasoning_finalize
         ),
         _call_spec(
             "function_call",
@@ -462,8 +530,8 @@ KINDS: dict[str, KindSpec] = {
             "response.mcp_call_arguments.delta",
             "response.mcp_call_arguments.done",
         ),
-        KindSpec("code_interpreter_call", "ci_", _copy_added, _code_delta, _code_done, _drop),
-        KindSpec("web_search_call", "ws_", _copy_added, _no_delta, _web_search_done, _drop),
+        KindSpec("code_interpreter_call", "ci_", _copy_added, _CODE_DELTAS, _code_done, _drop),
+        KindSpec("web_search_call", "ws_", _copy_added, _NO_DELTAS, _web_search_done, _drop),
         _passive("file_search_call", "fs_", keep_unfinished=False),
         _passive("image_generation_call", "ig_", keep_unfinished=False),
         _passive("mcp_list_tools", "mcpl_", keep_unfinished=True),

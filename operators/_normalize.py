@@ -40,24 +40,30 @@ class Normalizer:
 
     def normalize(self, line: SseLine) -> Frame:
         """One payload in, one frame out."""
+        payload, line_no = line
         try:
-            data: Any = orjson.loads(line.data)
+            data: Any = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return Frame("", {}, OTHER, line.line, malformed=_why(line.data))
+            return Frame("", {}, OTHER, line_no, _why(payload))
         if type(data) is not dict:
-            return Frame("", {}, OTHER, line.line, malformed="json")
+            return Frame("", {}, OTHER, line_no, "json")
         kind = data.get("type")
-        if kind is None:
-            return Frame("", data, OTHER, line.line)
-        if type(kind) is not str:
-            return Frame("", data, OTHER, line.line, malformed="json")
-        renamed = RENAMES.get(kind)
-        if renamed is not None:
+        spec = CATALOGUE.get(kind)  # type: ignore[arg-type]
+        if spec is None:
+            if kind is None:
+                return Frame("", data, OTHER, line_no)
+            if type(kind) is not str:
+                return Frame("", data, OTHER, line_no, "json")
+            renamed = RENAMES.get(kind)
+            if renamed is None:
+                return Frame(kind, data, OTHER, line_no)
             kind = data["type"] = renamed
+            spec = CATALOGUE[kind]
         if kind == "response.completed":
             response = data.get("response")
             if type(response) is dict and response.get("status") == "incomplete":
                 kind = data["type"] = "response.incomplete"
+                spec = CATALOGUE[kind]
         if "output_index" in data:
             index = data["output_index"]
             if type(index) is not int or index < 0 or index > _U32_MAX:
@@ -66,9 +72,9 @@ class Normalizer:
                     "32-bit integer",
                     code="invalid_output_index",
                     stage="normalize",
-                    line=line.line,
+                    line=line_no,
                 )
-        return Frame(kind, data, CATALOGUE.get(kind, OTHER), line.line)
+        return Frame(spec.type, data, spec, line_no)
 
 
 def _why(data: bytes) -> str:

@@ -8,6 +8,7 @@ requires a terminal by then) and returns the final `Response`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from operators._config import Limits
@@ -53,14 +54,29 @@ class AgentPipeline:
 
     def push(self, line: SseLine) -> Translation:
         """One SSE payload in; the frames it yields for the client out."""
+        return self.push_all((line,))
+
+    def push_all(self, lines: Iterable[SseLine]) -> Translation:
+        """A batch of payloads (one upstream read) in; their frames, in order, out.
+
+        If a line fails, the frames of the lines before it are attached to the error as
+        ``partial`` so a driver can deliver them before the error.
+        """
+        frames: list[Frame] = []
+        normalize = self.normalizer.normalize
+        accept = self.validator.accept
+        apply = self.folder.apply
+        line: SseLine | None = None
         try:
-            frame = self.normalizer.normalize(line)
-            if not self.validator.feed(frame):
-                return Translation()
-            self.folder.apply(frame)
+            for line in lines:
+                frame = normalize(line)
+                if accept(frame):
+                    apply(frame)
+                    frames.append(frame)
         except RespflowError as exc:
-            raise exc.at(line=line.line) from None
-        return Translation([frame])
+            exc.partial = frames
+            raise exc.at(line=line.line if line is not None else None) from None
+        return Translation(frames)
 
     def finish(self) -> Response:
         """End of stream: apply the EOF policy and return the final Response."""

@@ -31,24 +31,30 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DONE = b"[DONE]"
 
 
-class SseLine:
-    """The data of one SSE event (raw UTF-8 bytes, decoded once by the JSON parser), with the
-    line it started on."""
+class SseLine(tuple[bytes, int]):
+    """``(data, line)``: the data of one SSE event — raw UTF-8 bytes, decoded once by the JSON
+    parser — and the line it started on. A tuple because one is made per token."""
 
-    __slots__ = ("data", "line")
+    __slots__ = ()
 
-    def __init__(self, data: bytes, line: int) -> None:
-        self.data = data
-        self.line = line
+    def __new__(cls, data: bytes, line: int) -> SseLine:
+        return tuple.__new__(cls, (data, line))
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SseLine) and self.data == other.data and self.line == other.line
+    @property
+    def data(self) -> bytes:
+        """The event's data field (data lines joined with LF)."""
+        return self[0]
 
-    def __hash__(self) -> int:
-        return hash((self.data, self.line))
+    @property
+    def line(self) -> int:
+        """The 1-based line number of the event's first data line."""
+        return self[1]
 
     def __repr__(self) -> str:
-        return f"SseLine(line={self.line}, {len(self.data)} bytes)"
+        return f"SseLine(line={self[1]}, {len(self[0])} bytes)"
+
+
+_new_tuple = tuple.__new__
 
 
 class LineSplitter:
@@ -130,25 +136,28 @@ class LineSplitter:
         return out
 
     def _fast(self, parts: list[bytes], out: list[SseLine]) -> None:
-        """The hot loop: no line can be over the limit; ``data: {`` lines take no detour."""
+        """The hot loop: no line can be over the limit; JSON ``data:`` lines take no detour."""
         data = self._data
         line_no = self._line_no
         append = out.append
+        new = _new_tuple
         for raw in parts:
             line_no += 1
             if not raw:
                 if data:
-                    append(SseLine(data[0] if len(data) == 1 else b"\n".join(data), self._data_line))
+                    joined = data[0] if len(data) == 1 else b"\n".join(data)
+                    append(new(SseLine, (joined, self._data_line)))
                     data.clear()
-            elif raw[:7] == b"data: {" or raw[:6] == b"data:{":
-                if not data:
-                    self._data_line = line_no
-                data.append(raw[6:] if raw[5] == 32 else raw[5:])
-            elif raw[:5] == b"data:":
-                self._line_no = line_no - 1
-                self._line(raw, out)
-                if self._done:
-                    return
+            elif raw[0] == 100:  # ord("d"): maybe a data line
+                if raw.startswith(b"data: {"):  # a JSON object: neither blank nor [DONE]
+                    if not data:
+                        self._data_line = line_no
+                    data.append(raw[6:])
+                elif raw.startswith(b"data:"):
+                    self._line_no = line_no - 1
+                    self._line(raw, out)
+                    if self._done:
+                        return
         self._line_no = line_no
 
     def flush(self) -> list[SseLine]:

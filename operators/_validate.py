@@ -33,6 +33,16 @@ from operators._errors import ProtocolError
 from operators._frames import Action, Frame, Validation
 from operators._items import KINDS, KNOWN_KINDS, OUTPUT_ITEM
 
+# enum members bound once: `Action.X` is a slow lookup on the per-token path
+_A_COMPLETE = Action.COMPLETE
+_A_CREATED = Action.CREATED
+_A_IN_PROGRESS = Action.IN_PROGRESS
+_A_MUTATE = Action.MUTATE
+_A_OPEN = Action.OPEN
+_A_OTHER = Action.OTHER
+_A_QUEUED = Action.QUEUED
+_A_TERMINAL = Action.TERMINAL
+
 _AWAITING, _CREATED, _IN_PROGRESS, _TERMINAL = range(4)
 _U32_MAX = 0xFFFFFFFF
 
@@ -71,8 +81,26 @@ class Validator:
 
     def feed(self, frame: Frame) -> list[Frame]:
         """Accept (``[frame]``) or ignore (``[]``) one frame, or raise."""
+        return [frame] if self.accept(frame) else []
+
+    def accept(self, frame: Frame) -> bool:
+        """True if the frame is accepted, False if it is ignored; raises on a violation."""
+        spec = frame.spec
+        if spec.action is _A_MUTATE and self._phase == _IN_PROGRESS:
+            # hot path: a delta for a bound, active item at its own index
+            data = frame.data
+            slot = self._slots.get(data.get("output_index"))  # type: ignore[arg-type]
+            if slot is not None and not slot.done and slot.kind in spec.kinds:
+                item_id = data.get("item_id")
+                if item_id and item_id == slot.item_id and "call_id" not in data:
+                    if self._strict:
+                        try:
+                            self._check_frame(frame)
+                        except ProtocolError as exc:
+                            raise exc.at(line=frame.line, stage="validate") from None
+                    return True
         try:
-            return [frame] if self._accept(frame) else []
+            return self._accept(frame)
         except ProtocolError as exc:
             raise exc.at(line=frame.line, stage="validate") from None
 
@@ -116,18 +144,18 @@ class Validator:
         if self._strict:
             self._check_frame(frame)
             self._check_lifecycle(frame)
-        if action is Action.OPEN or action is Action.COMPLETE or action is Action.MUTATE:
+        if action is _A_OPEN or action is _A_COMPLETE or action is _A_MUTATE:
             return self._resolve(frame, action)
-        if action is Action.CREATED:
+        if action is _A_CREATED:
             if self._phase == _AWAITING:
                 self._phase = _CREATED
                 self._response_id = frame.data["response"].get("id") if self._strict else self._response_id
             return True
-        if action is Action.IN_PROGRESS or action is Action.QUEUED:
+        if action is _A_IN_PROGRESS or action is _A_QUEUED:
             if self._phase < _IN_PROGRESS:
                 self._phase = _IN_PROGRESS
             return True
-        if action is Action.TERMINAL:
+        if action is _A_TERMINAL:
             if self._strict:
                 self._check_terminal(frame)
             self._phase = _TERMINAL
@@ -141,7 +169,7 @@ class Validator:
         if not frame.type:
             raise ProtocolError("streaming event has no valid 'type'", code="missing_type")
         action = spec.action
-        if action is Action.OTHER:
+        if action is _A_OTHER:
             return
         if spec.status is not None:
             response = data.get("response")
@@ -161,7 +189,7 @@ class Validator:
             return
         if "output_index" not in data:
             raise _missing(frame.type, "output_index", code="identity_required")
-        if action is Action.OPEN or action is Action.COMPLETE:
+        if action is _A_OPEN or action is _A_COMPLETE:
             item = data.get("item")
             if type(item) is not dict:
                 raise _missing(frame.type, "item")
@@ -173,7 +201,7 @@ class Validator:
                     f"upstream stream has an unsupported output item type {str(kind)[:40]!r}",
                     code="unknown_item_type",
                 )
-            if action is Action.COMPLETE:
+            if action is _A_COMPLETE:
                 _check_item(item, "upstream stream output item is invalid")
             return
         if spec.needs_item_id and not _nonempty(data.get("item_id")):
@@ -189,7 +217,7 @@ class Validator:
 
     def _check_lifecycle(self, frame: Frame) -> None:
         action = frame.spec.action
-        if action is Action.CREATED:
+        if action is _A_CREATED:
             if self._phase != _AWAITING:
                 raise ProtocolError(
                     "upstream stream event 'response.created' is out of lifecycle order "
@@ -197,9 +225,9 @@ class Validator:
                     code="lifecycle_order",
                 )
             return
-        if action is Action.IN_PROGRESS or action is Action.QUEUED:
+        if action is _A_IN_PROGRESS or action is _A_QUEUED:
             if self._phase not in (_CREATED, _IN_PROGRESS) or (
-                action is Action.IN_PROGRESS and self._phase != _CREATED
+                action is _A_IN_PROGRESS and self._phase != _CREATED
             ):
                 raise ProtocolError(
                     f"upstream stream event '{frame.type}' is out of lifecycle order",
@@ -207,7 +235,7 @@ class Validator:
                 )
             self._check_same_id(frame)
             return
-        if action is Action.TERMINAL:
+        if action is _A_TERMINAL:
             if self._phase != _IN_PROGRESS:
                 raise ProtocolError(
                     f"upstream stream event '{frame.type}' is out of lifecycle order "
@@ -276,7 +304,7 @@ class Validator:
 
     def _resolve(self, frame: Frame, action: Action) -> bool:
         data = frame.data
-        if action is Action.MUTATE:
+        if action is _A_MUTATE:
             raw_id = data.get("item_id")
             kinds = frame.spec.kinds
             item: dict[str, Any] | None = None
@@ -292,7 +320,7 @@ class Validator:
             if type(kind) is not str or not kind:
                 if self._strict:
                     raise _missing(frame.type, "item.type")
-                kind = "message" if action is Action.COMPLETE and "content" in item else ""
+                kind = "message" if action is _A_COMPLETE and "content" in item else ""
                 if not kind:
                     self.skipped += 1
                     return False
@@ -314,7 +342,7 @@ class Validator:
             if bound is not None:
                 index = bound
             else:
-                if action is not Action.OPEN:
+                if action is not _A_OPEN:
                     if not item_id or any(
                         not s.item_id and not s.done and s.kind in kinds for s in self._slots.values()
                     ):
@@ -322,14 +350,14 @@ class Validator:
                             "upstream item has ambiguous identity without 'output_index'",
                             code="ambiguous_identity",
                         )
-                    if action is Action.MUTATE:
+                    if action is _A_MUTATE:
                         self.ignored += 1
                         return False
                 index = self._lowest_free()
             data["output_index"] = index
         slot = self._slots.get(index)
 
-        if action is Action.OPEN:
+        if action is _A_OPEN:
             if slot is not None:
                 raise ProtocolError(
                     f"upstream stream repeats output item or reuses its output_index ({index})",
@@ -346,7 +374,7 @@ class Validator:
         if slot is None:
             if self._strict:
                 raise _no_active(frame, index)
-            if action is Action.MUTATE:
+            if action is _A_MUTATE:
                 self.ignored += 1
                 return False
             # a done-only item: materialized at its (recovered) index
@@ -362,12 +390,12 @@ class Validator:
         if item_id and slot.item_id and item_id != slot.item_id:
             raise _mismatch(index)
         if slot.kind not in kinds:
-            if action is Action.MUTATE and not self._strict:
+            if action is _A_MUTATE and not self._strict:
                 self.ignored += 1
                 return False
             raise _mismatch(index)
         if slot.done:
-            if self._strict or action is Action.MUTATE:
+            if self._strict or action is _A_MUTATE:
                 if self._strict:
                     raise _no_active(frame, index)
                 self.ignored += 1
@@ -384,7 +412,7 @@ class Validator:
         if item_id and not slot.item_id:
             slot.item_id = item_id
             self._by_id[item_id] = index
-        if action is Action.COMPLETE:
+        if action is _A_COMPLETE:
             assert item is not None
             slot.done = True
             slot.done_item = item

@@ -7,7 +7,18 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests._support import added, args_delta, args_done, completed, created, done, fcall, in_progress, message, text_delta
+from tests._support import (
+    added,
+    args_delta,
+    args_done,
+    completed,
+    created,
+    done,
+    fcall,
+    in_progress,
+    message,
+    text_delta,
+)
 
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
