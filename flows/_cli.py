@@ -10,7 +10,7 @@ from typing import BinaryIO
 import orjson
 
 from flows._decode import decode
-from operators import RespflowError, Validation
+from operators import RespflowError, ToolRegistry, Validation
 
 _READ = 64 << 10
 
@@ -26,7 +26,7 @@ def _open(path: str) -> BinaryIO:
     return open(path, "rb")
 
 
-def _load_tools(path: str | None) -> list[object] | None:
+def _load_tools(path: str | None) -> ToolRegistry | None:
     if path is None:
         return None
     with open(path, "rb") as fh:
@@ -35,7 +35,7 @@ def _load_tools(path: str | None) -> list[object] | None:
         raise RespflowError(
             "TOOLS.json must be the request's 'tools' array", code="bad_tools", stage="cli"
         )
-    return tools
+    return ToolRegistry(tools)
 
 
 def _add_stream_options(p: argparse.ArgumentParser) -> None:
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fold(args: argparse.Namespace) -> int:
-    _load_tools(args.tools)
+    tools = _load_tools(args.tools)
     validation = Validation.STRICT if args.strict else Validation.LENIENT
     with _open(args.file) as stream:
         response = decode(
@@ -68,6 +68,7 @@ def _fold(args: argparse.Namespace) -> int:
             validation=validation,
             response_id=args.response_id,
             model=args.model,
+            tools=tools,
         )
     sys.stdout.buffer.write(response.to_json() + b"\n")
     sys.stdout.buffer.flush()

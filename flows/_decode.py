@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from operators import AgentPipeline, Limits, LineSplitter, Response, Validation
+from operators import AgentPipeline, Limits, LineSplitter, Response, ToolRegistry, Validation
 
 
 def decode(
@@ -13,6 +13,7 @@ def decode(
     validation: Validation = Validation.STRICT,
     response_id: str | None = None,
     model: str | None = None,
+    tools: ToolRegistry | None = None,
     limits: Limits | None = None,
 ) -> Response:
     """Fold a whole SSE body (one bytes object, or chunks of it) into the final Response.
@@ -22,14 +23,13 @@ def decode(
     """
     limits = limits or Limits()
     pipeline = AgentPipeline(
-        validation=validation, response_id=response_id, model=model, limits=limits
+        validation=validation, response_id=response_id, model=model, tools=tools, limits=limits
     )
     splitter = LineSplitter(max_line_bytes=limits.max_line_bytes)
     for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
-        for line in splitter.feed(chunk):
-            pipeline.push(line)
+        pipeline.push_all(splitter.feed(chunk))
         if splitter.done:
             break
-    for line in splitter.flush():
-        pipeline.push(line)
+    pipeline.push_all(splitter.flush())
+    pipeline.flush()
     return pipeline.finish()

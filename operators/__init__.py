@@ -21,6 +21,8 @@ from operators._normalize import Normalizer
 from operators._pipeline import AgentPipeline, Translation
 from operators._response import Response, Usage
 from operators._split import LineSplitter, SseLine
+from operators._tools import ToolKind, ToolRegistry, ToolRoute
+from operators._translate import InputDecoder, Translator
 from operators._validate import Validator
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "Folder",
     "Frame",
     "FramingError",
+    "InputDecoder",
     "KindSpec",
     "LimitExceededError",
     "Limits",
@@ -43,8 +46,12 @@ __all__ = [
     "Response",
     "Slot",
     "SseLine",
+    "ToolKind",
+    "ToolRegistry",
+    "ToolRoute",
     "TranslateError",
     "Translation",
+    "Translator",
     "UpstreamError",
     "Usage",
     "Validation",

@@ -18,6 +18,8 @@ from operators._frames import Frame, Validation
 from operators._normalize import Normalizer
 from operators._response import Response
 from operators._split import SseLine
+from operators._tools import ToolRegistry
+from operators._translate import Translator
 from operators._validate import Validator
 
 
@@ -40,6 +42,7 @@ class AgentPipeline:
         validation: Validation = Validation.LENIENT,
         response_id: str | None = None,
         model: str | None = None,
+        tools: ToolRegistry | None = None,
         limits: Limits | None = None,
     ) -> None:
         limits = limits or Limits()
@@ -50,6 +53,7 @@ class AgentPipeline:
         self.folder = Folder(
             response_id=response_id, model=model, max_retained_bytes=limits.max_retained_bytes
         )
+        self.translator = Translator(tools, self.folder, limits)
         self._finished = False
 
     def push(self, line: SseLine) -> Translation:
@@ -66,17 +70,26 @@ class AgentPipeline:
         normalize = self.normalizer.normalize
         accept = self.validator.accept
         apply = self.folder.apply
+        translator = self.translator
+        translate = translator.feed if translator.registry.rewrites else None
         line: SseLine | None = None
         try:
             for line in lines:
                 frame = normalize(line)
                 if accept(frame):
                     apply(frame)
-                    frames.append(frame)
+                    if translate is None:
+                        frames.append(frame)
+                    else:
+                        frames += translate(frame)
         except RespflowError as exc:
             exc.partial = frames
             raise exc.at(line=line.line if line is not None else None) from None
-        return Translation(frames)
+        return Translation(frames, translator.defer_from)
+
+    def flush(self) -> Translation:
+        """End of stream, before `finish`: frames translate still held (unnamed calls)."""
+        return Translation(self.translator.flush(), None)
 
     def finish(self) -> Response:
         """End of stream: apply the EOF policy and return the final Response."""
@@ -84,4 +97,4 @@ class AgentPipeline:
             raise RuntimeError("AgentPipeline.finish() was already called")
         self._finished = True
         self.validator.flush()
-        return self.folder.finish()
+        return self.translator.restore_response(self.folder.finish())
