@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     fold = sub.add_parser("fold", help="fold an SSE stream into the final Response (JSON)")
     _add_stream_options(fold)
+    relay = sub.add_parser("relay", help="relay an SSE stream as the client would receive it")
+    _add_stream_options(relay)
     bench = sub.add_parser("bench", help="print the benchmark table (ratios to a same-run floor)")
     bench.add_argument("--quick", action="store_true", help="a smaller, faster run")
     bench.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -72,6 +74,28 @@ def _fold(args: argparse.Namespace) -> int:
         )
     sys.stdout.buffer.write(response.to_json() + b"\n")
     sys.stdout.buffer.flush()
+    return 0
+
+
+def _relay(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from flows._replay import relay_bytes
+    from sinks import StreamSink
+
+    tools = _load_tools(args.tools)
+    validation = Validation.STRICT if args.strict else Validation.LENIENT
+    with _open(args.file) as stream:
+        asyncio.run(
+            relay_bytes(
+                _chunks(stream),
+                StreamSink(sys.stdout.buffer),
+                validation=validation,
+                response_id=args.response_id,
+                model=args.model,
+                tools=tools,
+            )
+        )
     return 0
 
 
@@ -98,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "fold":
             return _fold(args)
+        if args.command == "relay":
+            return _relay(args)
         if args.command == "bench":
             return _bench(args)
     except RespflowError as exc:

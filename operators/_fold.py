@@ -101,6 +101,15 @@ class Folder:
         self._finished = False
 
     @property
+    def response_id(self) -> str:
+        """The public response id: the one given, else upstream's, else a new one — fixed
+        from the first time it is read, so every emitter and the Response agree."""
+        if self._response_id is None:
+            upstream = self._snapshot.get("id")
+            self._response_id = upstream if isinstance(upstream, str) and upstream else new_id("resp_")
+        return self._response_id
+
+    @property
     def terminal(self) -> str | None:
         """The terminal event type seen, if any."""
         return self._terminal
@@ -163,15 +172,17 @@ class Folder:
             if not item.get("id"):
                 item["id"] = item.get("item_id") or new_id(spec.id_prefix)
             self._charge_item(item, frame)
-            self.slots[index] = Slot(spec, None, dict(item))
+            final = spec.apply_done(Building({}), item)
+            self.slots[index] = Slot(spec, None, final)
+            data["item"] = final
             return
         if slot.done or slot.building is None:
             return
         merged = slot.spec.apply_done(slot.building, item)
-        if not item.get("id"):
-            item["id"] = merged.get("id", "")
         slot.item = merged
         slot.done = True
+        # the client's done item is the final item: fallbacks and made-up ids included
+        data["item"] = merged
 
     def _charge(self, delta: Any, frame: Frame) -> None:
         if type(delta) is str:
@@ -214,7 +225,9 @@ class Folder:
         base.update(self._snapshot)
         base.update(self._metadata)
         status = _STATUS.get(self._terminal or "", "completed")
-        response_id = self._response_id or base.get("id") or new_id("resp_")
+        if self._response_id is None and isinstance(base.get("id"), str) and base["id"]:
+            self._response_id = base["id"]
+        response_id = self.response_id
         created_at = base.get("created_at")
         body: dict[str, Any] = {
             key: value

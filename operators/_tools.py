@@ -122,10 +122,13 @@ class ToolRegistry:
         Raises:
             TranslateError: a malformed declaration, or two tools with one model-visible name.
         """
-        self.public_tools: list[Any] = list(tools or [])
+        self.declared: list[Any] = list(tools or [])
+        """The tools array exactly as the client sent it."""
+        self.public_tools: list[Any] = [_public_declaration(t) for t in self.declared]
+        """The same, with fields clients require filled in: what ``response.tools`` echoes."""
         self._routes: dict[str, ToolRoute] = {}
         self._upstream: list[dict[str, Any]] = []
-        for decl in self.public_tools:
+        for decl in self.declared:
             if not isinstance(decl, dict) or not isinstance(decl.get("type"), str):
                 raise TranslateError("each tool must be an object with a string 'type'", code="bad_tools")
             kind = decl["type"]
@@ -196,6 +199,12 @@ class ToolRegistry:
             "status": item.get("status", "completed"),
         }
         return public
+
+
+def _public_declaration(decl: Any) -> Any:
+    if isinstance(decl, dict) and decl.get("type") == "code_interpreter" and "container" not in decl:
+        return {**decl, "container": {"type": "auto"}}
+    return decl
 
 
 def _name(decl: dict[str, Any]) -> str:

@@ -1,1 +1,16 @@
-"""Where frames go: the async relay sink (SSE to a client), collect, callback, null."""
+"""Where frames go: the relay (the one emit funnel to a client), and simple sinks."""
+
+from sinks._basic import CallbackSink, CollectSink, NullSink, StreamSink
+from sinks._relay import Relay, Sink, defer_order, keepalive, sse_frame
+
+__all__ = [
+    "CallbackSink",
+    "CollectSink",
+    "NullSink",
+    "Relay",
+    "Sink",
+    "StreamSink",
+    "defer_order",
+    "keepalive",
+    "sse_frame",
+]

@@ -1,0 +1,60 @@
+"""Simple sinks: collect, callback, null, a binary stream."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO
+
+
+class CollectSink:
+    """Keeps every chunk it is sent (tests, small tools)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.closed = False
+
+    async def send(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class CallbackSink:
+    """Hands every chunk to an async callback."""
+
+    def __init__(self, callback: Callable[[bytes], Awaitable[None]]) -> None:
+        self._callback = callback
+
+    async def send(self, data: bytes) -> None:
+        await self._callback(data)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class NullSink:
+    """Drops everything (benchmarks, collect-only drivers)."""
+
+    async def send(self, data: bytes) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class StreamSink:
+    """Writes to a binary file object and flushes after each write (stdout, a pipe)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+
+    async def send(self, data: bytes) -> None:
+        self._stream.write(data)
+        self._stream.flush()
+
+    async def aclose(self) -> None:
+        self._stream.flush()
