@@ -133,8 +133,9 @@ class Relay:
 
     # -- door 1: upstream ----------------------------------------------------------------------
 
-    async def emit_upstream(self, translation: Translation | Sequence[Frame]) -> None:
+    async def emit_upstream(self, translation: Translation | Sequence[Frame | Mapping[str, Any]]) -> None:
         """Relay the frames of one upstream read (rewritten, deferred or withheld)."""
+        frames: Sequence[Frame | Mapping[str, Any]]
         if isinstance(translation, Translation):
             frames, boundary = translation.frames, translation.defer_from
         else:
@@ -143,7 +144,7 @@ class Relay:
         new_deferred: list[_Deferred] = []
         extra_bytes = 0
         for frame in frames:
-            data = frame.data if isinstance(frame, Frame) else frame
+            data = frame.data if isinstance(frame, Frame) else dict(frame)
             kind = data.get("type")
             if not isinstance(kind, str) or not kind or kind in _TERMINALS:
                 continue  # typeless frames cannot be relayed; terminals are the owner's
@@ -307,16 +308,16 @@ class Relay:
 
     async def _ensure_created(self) -> None:
         if "response.created" not in self._sent_types:
-            await self._send([])
+            await self._send([], start=True)
 
     # -- the one funnel ----------------------------------------------------------------------
 
-    async def _send(self, events: list[dict[str, Any]]) -> None:
+    async def _send(self, events: list[dict[str, Any]], *, start: bool = False) -> None:
         """Stamp, serialize and send a batch in one write; commit only after it was sent."""
         out: list[bytes] = []
         seq = self.sequence
         sent = set(self._sent_types)
-        if "response.created" not in sent and (events or not self.finished):
+        if "response.created" not in sent and (events or start):
             # every client needs response.created first: make one if upstream sent none yet
             first = events[0]["type"] if events else ""
             if first != "response.created":

@@ -55,7 +55,7 @@ def test_relayed_stream_is_accepted_strictly_and_equals_the_fold(name: str) -> N
     assert re.search(rb"^(id|retry):", out, flags=re.M) is None
     ours = fold(body, tools, response_id="resp_gw")
     if name in NOT_COMPLETED:
-        with pytest.raises(RuntimeError, match="response.completed"):
+        with pytest.raises(RuntimeError, match=r"response\.completed"):
             client_final_response(out, strict=True)
         assert evs[-1]["response"]["status"] == ours["status"]
         assert evs[-1]["response"]["output"] == ours["output"]
