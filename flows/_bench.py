@@ -95,6 +95,18 @@ def core(chunks: list[bytes]) -> int:
     return events
 
 
+def relay(chunks: list[bytes]) -> int:
+    """The core plus translate and the relay, writing client SSE to a null sink."""
+    import asyncio
+
+    from flows._replay import relay_bytes
+    from sinks import CollectSink
+
+    sink = CollectSink()
+    asyncio.run(relay_bytes(chunks, sink, response_id="resp_gw"))
+    return sink.getvalue().count(b"\ndata: ")
+
+
 def median_time(fn: Callable[[list[bytes]], int], chunks: list[bytes], repeats: int) -> tuple[float, int]:
     times = []
     events = 0
@@ -112,7 +124,11 @@ def run_core_bench(*, quick: bool = False) -> list[dict[str, Any]]:
     repeats = 3 if quick else 7
     rows: list[dict[str, Any]] = []
     base_t, base_n = median_time(floor, chunks, repeats)
-    for name, fn in (("floor (split + orjson.loads)", floor), ("core (split→normalize→validate→fold)", core)):
+    for name, fn in (
+        ("floor (split + orjson.loads)", floor),
+        ("core (split→normalize→validate→fold)", core),
+        ("relay (core + translate + relay → SSE)", relay),
+    ):
         t, n = (base_t, base_n) if fn is floor else median_time(fn, chunks, repeats)
         rows.append(
             {

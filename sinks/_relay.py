@@ -55,13 +55,21 @@ class Sink(Protocol):
     async def aclose(self) -> None: ...
 
 
+_HEADS: dict[str, bytes] = {}
+
+
+def _head(kind: Any) -> bytes:
+    head = _HEADS.get(kind) if isinstance(kind, str) else b""
+    if head is None:
+        head = b"event: " + kind.encode() + b"\n" if kind and "\n" not in kind and "\r" not in kind else b""
+        if len(_HEADS) < 512:
+            _HEADS[kind] = head
+    return head
+
+
 def sse_frame(event: Mapping[str, Any]) -> bytes:
     """One SSE frame: ``event:`` line, one ``data:`` line, blank line."""
-    kind = event.get("type")
-    head = b""
-    if isinstance(kind, str) and kind and "\n" not in kind and "\r" not in kind:
-        head = b"event: " + kind.encode() + b"\n"
-    return head + b"data: " + orjson.dumps(event) + b"\n\n"
+    return _head(event.get("type")) + b"data: " + orjson.dumps(event) + b"\n\n"
 
 
 def keepalive(comment: str = "keep-alive") -> bytes:
@@ -192,17 +200,17 @@ class Relay:
             )
 
     def _rewrite(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The funnel's own copy of an upstream frame, rewritten for the client."""
         kind = data["type"]
-        out = dict(data)
+        out = data.copy()
         if kind in _LIFECYCLE:
             out["response"] = self._lifecycle_snapshot(data.get("response"))
             return out
-        if "output_index" in out and isinstance(out["output_index"], int) and self._offset:
-            out["output_index"] = out["output_index"] + self._offset
-        response = out.get("response")
-        if isinstance(response, dict):
-            out["response"] = dict(response, id=self.response_id)
-        if kind in _TEXT_EVENTS and not isinstance(out.get("logprobs"), list):
+        if self._offset and type(out.get("output_index")) is int:
+            out["output_index"] += self._offset
+        if "response" in out and isinstance(out["response"], dict):
+            out["response"] = dict(out["response"], id=self.response_id)
+        if kind in _TEXT_EVENTS and type(out.get("logprobs")) is not list:
             out["logprobs"] = []
         return out
 
@@ -342,8 +350,7 @@ class Relay:
         self._sent_types = sent
 
     def _frame(self, event: dict[str, Any], seq: int) -> bytes:
-        event = dict(event)
-        event["sequence_number"] = seq
+        event["sequence_number"] = seq  # every event here is the funnel's own copy
         data = sse_frame(event)
         if len(data) > self._max_event:
             raise LimitExceededError(
