@@ -99,11 +99,11 @@ def relay(chunks: list[bytes]) -> int:
     """The core plus translate and the relay, writing client SSE to a null sink."""
     import asyncio
 
-    from flows._replay import relay_bytes
+    from flows._drivers import live
     from sinks import CollectSink
 
     sink = CollectSink()
-    asyncio.run(relay_bytes(chunks, sink, response_id="resp_gw"))
+    asyncio.run(live(chunks, sink, response_id="resp_gw", placement="inline"))
     return sink.getvalue().count(b"\ndata: ")
 
 

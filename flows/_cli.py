@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 import orjson
 
-from flows._decode import decode
+from flows._drivers import decode
 from operators import RespflowError, ToolRegistry, Validation
 
 _READ = 64 << 10
@@ -80,16 +80,17 @@ def _fold(args: argparse.Namespace) -> int:
 def _relay(args: argparse.Namespace) -> int:
     import asyncio
 
-    from flows._replay import relay_bytes
+    from flows._drivers import live
     from sinks import StreamSink
 
     tools = _load_tools(args.tools)
     validation = Validation.STRICT if args.strict else Validation.LENIENT
     with _open(args.file) as stream:
         asyncio.run(
-            relay_bytes(
+            live(
                 _chunks(stream),
                 StreamSink(sys.stdout.buffer),
+                placement="inline",
                 validation=validation,
                 response_id=args.response_id,
                 model=args.model,

@@ -20,6 +20,7 @@ from operators._items import KINDS, KindSpec, OutputItem
 from operators._normalize import Normalizer
 from operators._pipeline import AgentPipeline, Translation
 from operators._response import Response, Usage
+from operators._rx import Operator, Stage, each, lift, pipe
 from operators._split import LineSplitter, SseLine
 from operators._tools import ToolKind, ToolRegistry, ToolRoute
 from operators._translate import InputDecoder, Translator
@@ -39,6 +40,7 @@ __all__ = [
     "Limits",
     "LineSplitter",
     "Normalizer",
+    "Operator",
     "OutputItem",
     "ProtocolError",
     "RelayError",
@@ -46,6 +48,7 @@ __all__ = [
     "Response",
     "Slot",
     "SseLine",
+    "Stage",
     "ToolKind",
     "ToolRegistry",
     "ToolRoute",
@@ -56,4 +59,7 @@ __all__ = [
     "Usage",
     "Validation",
     "Validator",
+    "each",
+    "lift",
+    "pipe",
 ]

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from operators._errors import LimitExceededError
+from operators._errors import LimitExceededError, RespflowError
 from operators._frames import Action, Frame
 from operators._items import Building, KindSpec, kind_spec, new_id
 from operators._response import Response
@@ -118,6 +118,17 @@ class Folder:
         """Fold one accepted frame; pass it on."""
         self.apply(frame)
         return [frame]
+
+    def feed_all(self, frames: list[Frame]) -> list[Frame]:
+        """Fold a batch; pass it on (``partial`` on an error)."""
+        apply = self.apply
+        for n, frame in enumerate(frames):
+            try:
+                apply(frame)
+            except RespflowError as exc:
+                exc.partial = frames[:n]
+                raise
+        return frames
 
     def flush(self) -> list[Frame]:
         """Nothing is held back; the Response comes from `finish`."""

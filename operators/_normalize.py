@@ -34,6 +34,18 @@ class Normalizer:
         """One payload in, one frame out."""
         return [self.normalize(line)]
 
+    def feed_all(self, lines: list[SseLine]) -> list[Frame]:
+        """A batch of payloads in, their frames out (``partial`` on an error)."""
+        out: list[Frame] = []
+        normalize = self.normalize
+        try:
+            for line in lines:
+                out.append(normalize(line))
+        except ProtocolError as exc:
+            exc.partial = out
+            raise
+        return out
+
     def flush(self) -> list[Frame]:
         """Nothing is held back."""
         return []

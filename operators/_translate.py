@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from operators._config import Limits
-from operators._errors import LimitExceededError, TranslateError
+from operators._errors import LimitExceededError, RespflowError, TranslateError
 from operators._fold import Folder
 from operators._frames import CATALOGUE, Frame
 from operators._response import Response
@@ -220,6 +220,20 @@ class Translator:
         if self._active and ftype in _RESPONSE_EVENTS:
             self._restore_snapshot(data)
         return [frame]
+
+    def feed_all(self, frames: list[Frame]) -> list[Frame]:
+        """A batch of folded frames in; their public frames out (``partial`` on an error)."""
+        if not self._active:
+            return frames  # no tool needs restoring: every frame is public already
+        out: list[Frame] = []
+        feed = self.feed
+        try:
+            for frame in frames:
+                out += feed(frame)
+        except RespflowError as exc:
+            exc.partial = out
+            raise
+        return out
 
     def flush(self) -> list[Frame]:
         """End of stream: calls that never got a name are released as client functions."""

@@ -83,6 +83,19 @@ class Validator:
         """Accept (``[frame]``) or ignore (``[]``) one frame, or raise."""
         return [frame] if self.accept(frame) else []
 
+    def feed_all(self, frames: list[Frame]) -> list[Frame]:
+        """The accepted frames of a batch, in order (``partial`` on an error)."""
+        out: list[Frame] = []
+        accept = self.accept
+        try:
+            for frame in frames:
+                if accept(frame):
+                    out.append(frame)
+        except ProtocolError as exc:
+            exc.partial = out
+            raise
+        return out
+
     def accept(self, frame: Frame) -> bool:
         """True if the frame is accepted, False if it is ignored; raises on a violation."""
         spec = frame.spec

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flows import decode, relay_bytes
+from flows import decode, live
 from operators import ToolRegistry, Validation
 from sinks import CollectSink
 from tests._support import AUTHORED, RECORDED, client_final_response, fixture_bytes, sidecar
@@ -19,7 +19,7 @@ from tests._support import AUTHORED, RECORDED, client_final_response, fixture_by
 def relay(body: bytes, tools: list[Any] | None = None, **kw: Any) -> bytes:
     sink = CollectSink()
     registry = ToolRegistry(tools) if tools else None
-    asyncio.run(relay_bytes([body], sink, tools=registry, **kw))
+    asyncio.run(live([body], sink, placement="inline", tools=registry, **kw))
     return sink.getvalue()
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from flows import decode, relay_bytes
+from flows import decode, live
 from operators import LimitExceededError, Limits, Translation, Validation
 from sinks import CollectSink, Relay, defer_order, keepalive, sse_frame
 from tests._support import sse
@@ -272,7 +272,7 @@ def test_error_frame_after_the_frames_before_it() -> None:
     body = sse(CREATED, {"type": "response.in_progress", "response": {"id": "up_1", "status": "in_progress"}}, added, delta(0), "{", delta(0))
     sink = CollectSink()
     with pytest.raises(ProtocolError) as info:
-        asyncio.run(relay_bytes([body], sink, validation=Validation.STRICT))
+        asyncio.run(live([body], sink, placement="inline", validation=Validation.STRICT))
     out = evs(sink)
     assert [e["type"] for e in out] == [
         "response.created",
@@ -292,7 +292,7 @@ def test_relaying_then_folding_gives_the_same_response(stream: list[dict[str, An
     body = sse(*stream)
     original = decode(body, validation=Validation.LENIENT, response_id="resp_gw").to_dict()
     sink = CollectSink()
-    asyncio.run(relay_bytes([body], sink, response_id="resp_gw"))
+    asyncio.run(live([body], sink, placement="inline", response_id="resp_gw"))
     refolded = decode(sink.getvalue(), validation=Validation.STRICT, response_id="resp_gw").to_dict()
     assert refolded["output"] == original["output"]
     assert refolded["status"] == original["status"]
