@@ -121,9 +121,10 @@ class GraphRun:
         self._out: list[Frame] = []
         self._error: Exception | None = None
         self._completed = False
-        graph.subscribe_to(self._subject).subscribe(
-            self._out.extend, self._on_error, self._on_completed
-        )
+        graph.subscribe_to(self._subject).subscribe(self._collect, self._on_error, self._on_completed)
+
+    def _collect(self, batch: list[Frame]) -> None:
+        self._out.extend(batch)
 
     def _on_error(self, error: Exception) -> None:
         self._error = error

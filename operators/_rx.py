@@ -91,10 +91,15 @@ def lift(factory: Callable[[], Stage[A, B]], *, name: str) -> Operator[list[A], 
     return operator
 
 
-def _named(exc: Exception, name: str) -> Exception:
+def _named(exc: Exception, name: str) -> RespflowError:
+    """The error as a RespflowError that names the stage (a bug in a stage is wrapped)."""
     if isinstance(exc, RespflowError):
-        exc.at(stage=name)
-    return exc
+        return exc.at(stage=name)
+    wrapped = RespflowError(
+        f"step {name!r} failed: {type(exc).__name__}: {str(exc)[:200]}", code="internal_error", stage=name
+    )
+    wrapped.__cause__ = exc
+    return wrapped
 
 
 def each(fn: Callable[[A], B | None], *, name: str) -> Operator[list[A], list[B]]:

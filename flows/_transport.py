@@ -1,0 +1,117 @@
+"""The upstream transport: POST ``{base}/responses`` with httpx, stream the body as bytes.
+
+Errors are mapped onto `UpstreamError` with a stable code and the HTTP status a gateway should
+answer with: ``upstream_unreachable`` (502), ``upstream_connect_timeout`` (504),
+``upstream_status`` (the upstream's own status, with a bounded excerpt of its body),
+``upstream_disconnected`` (the body was cut), ``upstream_timeout`` (504; raised by the runner,
+which times each read — never time parked on backpressure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from operators import UpstreamError
+
+ERROR_BODY_BYTES = 4096
+"""How much of an upstream error body is read (and at most 300 characters are shown)."""
+
+_HOP_BY_HOP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive", "accept-encoding"}
+
+
+def default_client(*, connect_timeout: float = 10.0, socket_options: list[Any] | None = None) -> httpx.AsyncClient:
+    """An httpx client for upstream streams: connect timeout only (reads are timed per read)."""
+    transport = httpx.AsyncHTTPTransport(socket_options=socket_options) if socket_options else None
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=connect_timeout, read=None, write=connect_timeout, pool=connect_timeout),
+        transport=transport,
+    )
+
+
+def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Request headers to pass upstream (auth included; hop-by-hop ones dropped)."""
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+
+
+async def open_stream(
+    client: httpx.AsyncClient,
+    base_url: str,
+    body: Mapping[str, Any],
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> httpx.Response:
+    """Send the request; return the streaming response once its status is known to be 2xx.
+
+    Raises:
+        UpstreamError: unreachable, connect timeout, or a non-2xx status (body excerpt kept).
+    """
+    url = base_url.rstrip("/") + "/responses"
+    send_headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    send_headers.update(forward_headers(headers or {}))
+    request = client.build_request("POST", url, content=orjson.dumps(body), headers=send_headers)
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.ConnectTimeout:
+        raise UpstreamError(
+            f"could not connect to the upstream at {_origin(url)} in time",
+            code="upstream_connect_timeout",
+            status=504,
+            stage="transport",
+        ) from None
+    except (httpx.ConnectError, httpx.NetworkError, httpx.UnsupportedProtocol) as exc:
+        raise UpstreamError(
+            f"could not reach the upstream at {_origin(url)}: {type(exc).__name__}",
+            code="upstream_unreachable",
+            status=502,
+            stage="transport",
+        ) from None
+    if response.status_code >= 300:
+        excerpt = await _read_bounded(response)
+        await response.aclose()
+        raise UpstreamError(
+            f"the upstream answered HTTP {response.status_code}: {excerpt[:300]}",
+            code="upstream_status",
+            status=response.status_code,
+            body_excerpt=excerpt,
+            stage="transport",
+        )
+    return response
+
+
+async def body_bytes(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The response body as it arrives; closes the response when done, cut or cancelled."""
+    try:
+        async for chunk in response.aiter_bytes():
+            if chunk:
+                yield chunk
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError) as exc:
+        raise UpstreamError(
+            f"the upstream connection was cut mid-stream ({type(exc).__name__})",
+            code="upstream_disconnected",
+            status=502,
+            stage="transport",
+        ) from None
+    finally:
+        await response.aclose()
+
+
+async def _read_bounded(response: httpx.Response) -> str:
+    data = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            if len(data) >= ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:
+        pass
+    text = bytes(data[:ERROR_BODY_BYTES]).decode("utf-8", "replace")
+    return " ".join(text.split())
+
+
+def _origin(url: str) -> str:
+    parsed = httpx.URL(url)
+    return f"{parsed.scheme}://{parsed.host}:{parsed.port or ''}".rstrip(":")
