@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="print the benchmark table (ratios to a same-run floor)")
     bench.add_argument("--quick", action="store_true", help="a smaller, faster run")
     bench.add_argument("--json", action="store_true", help="print the rows as JSON")
+    bench.add_argument(
+        "--placement", action="store_true", help="also run the placement benchmark (inline vs worker)"
+    )
     return parser
 
 
@@ -105,8 +108,15 @@ def _bench(args: argparse.Namespace) -> int:
 
     print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)
     rows = run_core_bench(quick=args.quick)
+    placement: list[dict[str, object]] = []
+    if args.placement:
+        from flows._placement import format_placement, run_placement_bench
+
+        print("respflow bench: placement (this takes a minute or two)", file=sys.stderr)
+        placement = run_placement_bench(quick=args.quick)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        out = {"core": rows, "placement": placement}
+        sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     print(f"{'workload':42} {'events':>8} {'median s':>9} {'events/s':>10} {'x floor':>8}")
     for row in rows:
@@ -114,6 +124,9 @@ def _bench(args: argparse.Namespace) -> int:
             f"{row['name']:42} {row['events']:>8} {row['median_s']:>9.4f} "
             f"{row['events_per_s']:>10} {row['ratio_to_floor']:>8.3f}"
         )
+    if placement:
+        print()
+        print(format_placement(placement))
     return 0
 
 
