@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Any
 
+from aiostream import stream
+
 from flows._graph import Graph, GraphRun
 from flows._runner import Placement, batches
 from operators import (
@@ -24,7 +26,7 @@ from operators import (
     Translation,
     Validation,
 )
-from sinks import Relay, Sink
+from sinks import Relay, Sink, relayed
 
 
 def _graph(
@@ -81,17 +83,19 @@ async def live(
         previous_response_id=previous_response_id,
         limits=graph.limits,
     )
+    reads = batches(
+        _aiter(source),
+        GraphRun(graph),
+        placement=placement,
+        out_max=out_max,
+        inline_max_bytes=inline_max_bytes,
+        read_timeout=graph.limits.read_timeout,
+        stats=stats,
+    )
     try:
-        async for translation in batches(
-            _aiter(source),
-            GraphRun(graph),
-            placement=placement,
-            out_max=out_max,
-            inline_max_bytes=inline_max_bytes,
-            read_timeout=graph.limits.read_timeout,
-            stats=stats,
-        ):
-            await relay.emit_upstream(translation)
+        async with (stream.iterate(reads) | relayed.pipe(relay)).stream() as relaying:
+            async for _ in relaying:
+                pass
         await relay.drain()
         response = graph.finish()
         await relay.complete(response)

@@ -1,7 +1,8 @@
-"""Where frames go: the relay (the one emit funnel to a client), and simple sinks."""
+"""Where frames go: the relay (the one emit funnel to a client, and `relayed`, its aiostream
+operator), and simple sinks."""
 
 from sinks._basic import CallbackSink, CollectSink, NullSink, StreamSink
-from sinks._relay import Relay, Sink, defer_order, keepalive, sse_frame
+from sinks._relay import Relay, Sink, defer_order, keepalive, relayed, sse_frame
 
 __all__ = [
     "CallbackSink",
@@ -12,5 +13,6 @@ __all__ = [
     "StreamSink",
     "defer_order",
     "keepalive",
+    "relayed",
     "sse_frame",
 ]

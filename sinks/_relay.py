@@ -27,10 +27,11 @@ never ``id:`` or ``retry:``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
+from aiostream import pipable_operator, streamcontext
 
 from operators import (
     Frame,
@@ -359,3 +360,17 @@ class Relay:
                 stage="relay",
             )
         return data
+
+
+@pipable_operator
+async def relayed(source: AsyncIterable[Translation], relay: Relay) -> AsyncIterator[int]:
+    """The relay sink as an aiostream operator: each batch goes through ``relay`` (awaited, so
+    a slow client parks the source); yields the next sequence number after each batch.
+
+    The source is iterated inside ``streamcontext``: on early exit, error or cancellation it
+    is closed at once — which is what closes the upstream response.
+    """
+    async with streamcontext(source) as batches:
+        async for translation in batches:
+            await relay.emit_upstream(translation)
+            yield relay.sequence
