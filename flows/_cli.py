@@ -55,6 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     _add_stream_options(fold)
     relay = sub.add_parser("relay", help="relay an SSE stream as the client would receive it")
     _add_stream_options(relay)
+    serve = sub.add_parser("serve", help="run the gateway (with a built-in upstream simulator by default)")
+    serve.add_argument("--upstream", metavar="URL", help="base URL of a Responses upstream, e.g. http://localhost:8000/v1")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--placement", choices=("worker", "inline"), default="worker")
+    serve.add_argument("--pace", type=float, default=0.02, help="simulator: seconds between tokens")
+    serve.add_argument(
+        "--demo-tools",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="offer the demo gateway tool add_numbers (default: on with the simulator only)",
+    )
     bench = sub.add_parser("bench", help="print the benchmark table (ratios to a same-run floor)")
     bench.add_argument("--quick", action="store_true", help="a smaller, faster run")
     bench.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -103,6 +115,19 @@ def _relay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from flows._serve import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    demo = args.demo_tools if args.demo_tools is not None else args.upstream is None
+    asyncio.run(serve(upstream=args.upstream, host=args.host, port=args.port, placement=args.placement, pace=args.pace, demo_tools=demo))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from flows._bench import run_core_bench
 
@@ -136,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "fold":
             return _fold(args)
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "relay":
             return _relay(args)
         if args.command == "bench":

@@ -21,7 +21,7 @@ import asyncio
 import collections
 import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from typing import Any, Literal, TypeVar
 
 from flows._graph import GraphRun
@@ -198,7 +198,7 @@ async def batches(
     inline_max_bytes: int = 4096,
     read_timeout: float = 30.0,
     stats: dict[str, Any] | None = None,
-) -> AsyncIterator[Translation]:
+) -> AsyncGenerator[Translation, None]:
     """Run ``run`` over ``source``; yield one `Translation` per upstream read, in order.
 
     The last item is the flush at end of input. An upstream or core error is raised after

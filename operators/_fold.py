@@ -217,14 +217,18 @@ class Folder:
 
     def output(self) -> list[dict[str, Any]]:
         """The output items so far, sorted by output_index (active ones finalized)."""
-        out: list[dict[str, Any]] = []
-        for _, slot in sorted(self.slots.items()):
+        return [item for _, item in self.output_indexed()]
+
+    def output_indexed(self) -> list[tuple[int, dict[str, Any]]]:
+        """``(output_index, item)`` for every item, in index order (upstream shapes)."""
+        out: list[tuple[int, dict[str, Any]]] = []
+        for index, slot in sorted(self.slots.items()):
             if slot.item is not None:
-                out.append(slot.item)
+                out.append((index, slot.item))
             elif slot.building is not None:
                 final = slot.spec.finalize(slot.building)
                 if final is not None:
-                    out.append(final)
+                    out.append((index, final))
         return out
 
     def finish(self) -> Response:

@@ -103,8 +103,19 @@ class Relay:
         model: str | None = None,
         previous_response_id: str | None = None,
         limits: Limits | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
+        """Args:
+            sink: where the SSE bytes go.
+            response_id: the public response id every snapshot carries.
+            model: the public model name (upstream's when None).
+            previous_response_id: echoed in snapshots when the request had one.
+            limits: the defer-window and event-size bounds.
+            base: request fields for lifecycle snapshots (tools, instructions, metadata…);
+                upstream's snapshot fields win over them.
+        """
         self._sink = sink
+        self._base = dict(base or {})
         self.response_id = response_id
         self._model = model
         self._previous = previous_response_id
@@ -219,9 +230,9 @@ class Relay:
         if isinstance(response, dict):
             if not self._snapshot:
                 self._snapshot = dict(response)
-            merged = {**self._snapshot, **response}
+            merged = {**self._base, **self._snapshot, **response}
         else:
-            merged = dict(self._snapshot)
+            merged = {**self._base, **self._snapshot}
         return self.snapshot(merged, status="in_progress", output=[])
 
     def snapshot(self, base: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
@@ -287,7 +298,7 @@ class Relay:
     async def complete(self, response: Response | Mapping[str, Any]) -> None:
         """Send the one terminal event, built from the final Response."""
         body = response.to_dict() if isinstance(response, Response) else dict(response)
-        body = self.snapshot(body)
+        body = self.snapshot({**self._base, **body})
         status = body.get("status")
         kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(str(status), "response.completed")
         await self._ensure_created()

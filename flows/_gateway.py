@@ -1,0 +1,507 @@
+"""The gateway: ``POST /v1/responses`` in front of any OpenAI-style Responses upstream.
+
+`Gateway.run` serves one request: it lists the tools of MCP servers the request declares,
+sends the upstream every tool as a function, streams round 1 through the standard graph and
+the relay (or collects it, for a non-streaming request), runs the gateway-owned calls of the
+round (concurrently, bounded, each with a timeout; a failure is an error tool output), emits
+their public lifecycle through the relay's local door, drains the frames that waited behind
+them, and calls the upstream again with the tool outputs appended — up to ``max_rounds``. The
+client sees ONE response: one created, one terminal, sequence numbers 0..N, output_index
+continuing across rounds, usage summed.
+
+`gateway_app` wraps it in a small Starlette app (``GET /health`` too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+import orjson
+from aiostream import stream
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
+from starlette.responses import Response as HttpResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from flows._gateway_tools import (
+    Executor,
+    GatewayTool,
+    McpServer,
+    gateway_tool_executor,
+    list_tools_events,
+    mcp_call_events,
+    mcp_call_item,
+    run_calls,
+)
+from flows._graph import Graph, GraphRun
+from flows._runner import Placement, batches
+from flows._transport import body_bytes, default_client, open_stream
+from operators import (
+    Limits,
+    RelayError,
+    RespflowError,
+    Response,
+    ToolKind,
+    ToolRegistry,
+    Translation,
+    UpstreamError,
+    Validation,
+)
+from sinks import Relay, Sink, relayed
+
+log = logging.getLogger("respflow")
+
+_CALLS = ("function_call", "custom_tool_call")
+
+
+class RequestError(RespflowError):
+    """The client's request is malformed (HTTP 400/413)."""
+
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, code=code, stage="gateway")
+        self.status = status
+        self.param = param
+
+
+def new_response_id() -> str:
+    return "resp_" + uuid.uuid4().hex
+
+
+def _normalize_input(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if isinstance(value, list):
+        return list(value)
+    raise RequestError("'input' must be a string or an array of input items", param="input")
+
+
+def _sum_usage(total: dict[str, Any] | None, usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
+        return total
+    if total is None:
+        return orjson.loads(orjson.dumps(usage))  # type: ignore[no-any-return]
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        total[key] = int(total.get(key) or 0) + int(usage.get(key) or 0)
+    for details, fields in (
+        ("input_tokens_details", ("cached_tokens", "cache_write_tokens")),
+        ("output_tokens_details", ("reasoning_tokens",)),
+    ):
+        mine = total.setdefault(details, {})
+        theirs = usage.get(details) or {}
+        for f in fields:
+            mine[f] = int(mine.get(f) or 0) + int(theirs.get(f) or 0)
+    return total
+
+
+class Gateway:
+    """Runs requests against one upstream, with the embedding application's tools."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        tools: Sequence[GatewayTool] = (),
+        client: httpx.AsyncClient | None = None,
+        limits: Limits | None = None,
+        placement: Placement = "worker",
+        max_rounds: int = 10,
+        tool_concurrency: int = 5,
+        tool_timeout: float = 60.0,
+        keepalive_interval: float = 15.0,
+        client_stall_timeout: float = 60.0,
+    ) -> None:
+        if max_rounds < 1 or tool_concurrency < 1 or tool_timeout <= 0:
+            raise ValueError("max_rounds and tool_concurrency must be ≥ 1 and tool_timeout > 0")
+        self.upstream = upstream
+        self.tools = list(tools)
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError("two gateway tools share a name")
+        self.client = client or default_client()
+        self.limits = limits or Limits()
+        self.placement = placement
+        self.max_rounds = max_rounds
+        self.tool_concurrency = tool_concurrency
+        self.tool_timeout = tool_timeout
+        self.keepalive_interval = keepalive_interval
+        self.client_stall_timeout = client_stall_timeout
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def run(
+        self,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        sink: Sink | None,
+        *,
+        response_id: str | None = None,
+    ) -> tuple[Response, int]:
+        """Serve one request; stream to ``sink`` when given. Returns the Response and rounds.
+
+        Raises a `RespflowError`. When the stream had started, the sink already got an
+        ``error`` event (after every frame produced before the error).
+        """
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError("'model' is required and must be a string", param="model")
+        input_items = _normalize_input(body.get("input"))
+        declared = body.get("tools") or []
+        if not isinstance(declared, list):
+            raise RequestError("'tools' must be an array", param="tools")
+        response_id = response_id or new_response_id()
+        async with AsyncExitStack() as stack:
+            mcp_servers = [McpServer(t) for t in declared if isinstance(t, dict) and t.get("type") == "mcp"]
+            for server in mcp_servers:
+                await server.connect(stack, self.tool_timeout)
+            executors: dict[str, Executor] = {t.name: gateway_tool_executor(t) for t in self.tools}
+            functions = [t.declaration() for t in self.tools]
+            for server in mcp_servers:
+                executors.update(server.executors(self.tool_timeout))
+                functions += server.declarations()
+            try:
+                registry = ToolRegistry(declared, gateway_functions=functions)
+            except RespflowError as exc:
+                raise RequestError(exc.message, param="tools", code=exc.code) from None
+            base = {
+                key: body[key]
+                for key in ("instructions", "metadata", "temperature", "top_p", "tool_choice", "parallel_tool_calls", "max_output_tokens", "text", "reasoning", "store", "user")
+                if key in body
+            }
+            base["tools"] = registry.public_tools
+            relay = None
+            if sink is not None:
+                relay = Relay(
+                    sink,
+                    response_id=response_id,
+                    model=model,
+                    previous_response_id=body.get("previous_response_id"),
+                    limits=self.limits,
+                    base=base,
+                )
+            try:
+                return await self._rounds(body, headers, model, response_id, input_items, registry, executors, mcp_servers, relay, base)
+            except RelayError:
+                raise
+            except RespflowError as exc:
+                if relay is not None and relay.sequence > 0 and not relay.finished:
+                    with contextlib.suppress(RespflowError, OSError):
+                        if exc.partial:
+                            await relay.emit_upstream(Translation(exc.partial, None))
+                        status = getattr(exc, "status", None)
+                        await relay.fail(exc, status=status if isinstance(status, int) else 502)
+                raise
+
+    async def _rounds(
+        self,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        model: str,
+        response_id: str,
+        input_items: list[Any],
+        registry: ToolRegistry,
+        executors: dict[str, Executor],
+        mcp_servers: list[McpServer],
+        relay: Relay | None,
+        base: dict[str, Any],
+    ) -> tuple[Response, int]:
+        public: list[dict[str, Any]] = []
+        if mcp_servers:
+            events: list[dict[str, Any]] = []
+            for server in mcp_servers:
+                item = server.list_item()
+                events += list_tools_events(item, len(public))
+                public.append(item)
+            if relay is not None:
+                await relay.emit_local(events)
+        usage: dict[str, Any] | None = None
+        status, error, incomplete = "completed", None, None
+        upstream_tools = registry.upstream_tools()
+        rounds = 0
+        while True:
+            rounds += 1
+            request = dict(body)
+            request.update(input=input_items, stream=True)
+            if upstream_tools or "tools" in body:
+                request["tools"] = upstream_tools
+            if rounds > 1:
+                request["tool_choice"] = "auto"
+            offset = len(public)
+            graph = Graph(validation=Validation.LENIENT, response_id=response_id, model=model, tools=registry, limits=self.limits)
+            if relay is not None:
+                relay.start_round(offset)
+            round_response = await self._round(graph, request, headers, relay)
+            usage = _sum_usage(usage, round_response.to_dict().get("usage"))
+            status = round_response.status
+            error = round_response.to_dict().get("error")
+            incomplete = round_response.to_dict().get("incomplete_details")
+            items = graph.pipeline.folder.output_indexed()
+            gateway_calls: list[tuple[int, dict[str, Any]]] = []
+            round_public: dict[int, dict[str, Any]] = {}
+            for index, item in items:
+                route = registry.route(str(item.get("name", ""))) if item.get("type") == "function_call" else None
+                if route is not None and route.kind is ToolKind.GATEWAY:
+                    gateway_calls.append((index, item))
+                    continue
+                restored = registry.restore_item(item)
+                if restored is not None:
+                    round_public[index] = restored
+            client_action = any(i.get("type") in _CALLS for i in round_public.values())
+            run_tools = bool(gateway_calls) and not client_action and status == "completed"
+            tool_events: dict[int, list[dict[str, Any]]] = {}
+            outcomes = []
+            if run_tools:
+                calls = [(executors[str(item["name"])], str(item["name"]), str(item.get("arguments") or "")) for _, item in gateway_calls]
+                outcomes = await self._run_tools(calls, relay)
+                for (index, item), outcome, (executor, _, arguments) in zip(gateway_calls, outcomes, calls, strict=True):
+                    public_item = mcp_call_item(str(item.get("call_id") or item.get("id") or index), executor, arguments, outcome)
+                    round_public[index] = public_item
+                    tool_events[offset + index] = mcp_call_events(public_item, offset + index)
+            if relay is not None:
+                await relay.drain(tool_events)
+            public += [round_public[i] for i in sorted(round_public)]
+            if not run_tools:
+                break
+            if rounds >= self.max_rounds:
+                status, incomplete = "incomplete", {"reason": "max_tool_rounds"}
+                break
+            input_items = input_items + [item for _, item in items]
+            for (_, item), outcome in zip(gateway_calls, outcomes, strict=True):
+                output = outcome.output if outcome.error is None else f"ERROR: {outcome.error}"
+                input_items.append({"type": "function_call_output", "call_id": item.get("call_id", ""), "output": output or ""})
+        final = {
+            **base,
+            "id": response_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": status,
+            "output": public,
+            "usage": usage,
+            "error": error,
+            "incomplete_details": incomplete,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": registry.public_tools,
+        }
+        if body.get("previous_response_id") is not None:
+            final["previous_response_id"] = body["previous_response_id"]
+        response = Response.model_validate(final)
+        if relay is not None:
+            await relay.complete(response)
+        return response, rounds
+
+    async def _round(self, graph: Graph, request: Mapping[str, Any], headers: Mapping[str, str], relay: Relay | None) -> Response:
+        http = await open_stream(self.client, self.upstream, request, headers=headers)
+        reads = batches(
+            body_bytes(http),
+            GraphRun(graph),
+            placement=self.placement,
+            read_timeout=self.limits.read_timeout,
+        )
+        if relay is not None:
+            async with (stream.iterate(reads) | relayed.pipe(relay)).stream() as relaying:
+                async for _ in relaying:
+                    pass
+        else:
+            async with contextlib.aclosing(reads) as translations:
+                async for _ in translations:
+                    pass
+        return graph.finish()
+
+    async def _run_tools(self, calls: list[tuple[Executor, str, str]], relay: Relay | None) -> list[Any]:
+        work = asyncio.ensure_future(run_calls(calls, concurrency=self.tool_concurrency, timeout=self.tool_timeout))
+        if relay is None or self.keepalive_interval <= 0:
+            return await work
+        try:
+            while True:
+                done, _ = await asyncio.wait({work}, timeout=self.keepalive_interval)
+                if done:
+                    return work.result()
+                await relay.comment("keep-alive: gateway tools running")
+        finally:
+            if not work.done():
+                work.cancel()
+
+
+# ---- the ASGI layer -------------------------------------------------------------------------
+
+
+def error_body(message: str, *, kind: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """An OpenAI-shaped error body."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _error_response(exc: RespflowError) -> JSONResponse:
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int):
+        status = 400 if isinstance(exc, RequestError) else 502
+    message = exc.message
+    if isinstance(exc, UpstreamError) and exc.body_excerpt:
+        try:
+            upstream = orjson.loads(exc.body_excerpt)
+            inner = upstream.get("error") if isinstance(upstream, dict) else None
+            if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+                message = f"upstream: {inner['message']}"
+        except orjson.JSONDecodeError:
+            pass
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse(error_body(message, kind=kind, code=exc.code, param=getattr(exc, "param", None)), status_code=status)
+
+
+class _AsgiSink:
+    """Sends SSE to the ASGI server; the response starts with the first byte we send."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def send(self, data: bytes) -> None:
+        if not self.started:
+            self.started = True
+            await self._send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")],
+                }
+            )
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def aclose(self) -> None:
+        if self.started:
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _StreamedResponse:
+    """An ASGI response that runs the gateway and streams its relay; a client that goes away
+    cancels the run (which closes the upstream)."""
+
+    def __init__(self, gateway: Gateway, body: Mapping[str, Any], headers: Mapping[str, str], started: float) -> None:
+        self._gateway = gateway
+        self._body = body
+        self._headers = headers
+        self._started = started
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sink = _AsgiSink(send)
+        response_id = new_response_id()
+        run = asyncio.ensure_future(self._gateway.run(self._body, self._headers, sink, response_id=response_id))
+        watch = asyncio.ensure_future(_disconnected(receive))
+        outcome = "completed"
+        rounds = 0
+        items = 0
+        try:
+            done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if run not in done:
+                outcome = "client disconnected"
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RespflowError, OSError):
+                    await run
+                return
+            try:
+                response, rounds = run.result()
+                items = len(response.output)
+                outcome = response.status
+            except RelayError as exc:
+                outcome = f"client error: {exc.code}"
+                return
+            except RespflowError as exc:
+                outcome = f"error: {exc.code}"
+                if not sink.started:
+                    await _error_response(exc)(scope, receive, send)
+                    return
+            await sink.aclose()
+        finally:
+            watch.cancel()
+            log.info(
+                "POST /v1/responses stream=true id=%s rounds=%d items=%d outcome=%s %.3fs",
+                response_id,
+                rounds,
+                items,
+                outcome,
+                time.monotonic() - self._started,
+            )
+
+
+async def _disconnected(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _read_body(request: Request, limit: int) -> dict[str, Any]:
+    size = int(request.headers.get("content-length") or 0)
+    if size > limit:
+        raise RequestError(f"the request body is over {limit} bytes", status=413, code="request_too_large")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise RequestError(f"the request body is over {limit} bytes", status=413, code="request_too_large")
+    try:
+        body = orjson.loads(bytes(data))
+    except orjson.JSONDecodeError:
+        raise RequestError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def gateway_app(gateway: Gateway, *, max_body_bytes: int = 4 << 20) -> Starlette:
+    """The ASGI app of ``gateway``: ``POST /v1/responses`` (streaming and not), ``GET /health``."""
+
+    async def responses(request: Request) -> Any:
+        started = time.monotonic()
+        try:
+            body = await _read_body(request, max_body_bytes)
+        except RequestError as exc:
+            return _error_response(exc)
+        except ClientDisconnect:
+            return HttpResponse(status_code=499)
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "openai-organization", "openai-project") or k.lower().startswith("x-")}
+        if body.get("stream") is True:
+            return _StreamedResponse(gateway, body, headers, started)
+        try:
+            response, rounds = await gateway.run(body, headers, None)
+        except RespflowError as exc:
+            log.info("POST /v1/responses stream=false outcome=error:%s %.3fs", exc.code, time.monotonic() - started)
+            return _error_response(exc)
+        log.info(
+            "POST /v1/responses stream=false id=%s rounds=%d items=%d outcome=%s %.3fs",
+            response.id,
+            rounds,
+            len(response.output),
+            response.status,
+            time.monotonic() - started,
+        )
+        return HttpResponse(response.to_json(), media_type="application/json")
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "upstream": gateway.upstream})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
+
+    return Starlette(
+        routes=[
+            Route("/v1/responses", responses, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
