@@ -4,16 +4,23 @@
   with `Graph.splice` for user operators; `GraphRun` drives it one read at a time.
 * `live`, `collect`, `decode` — the three drivers over one graph.
 * `batches` — the runner (event loop + shared core pool, bounded buffers).
+* `Gateway`, `gateway_app`, `GatewayTool` — the gateway (an ASGI app) and its own tools;
+  `simulator_app` — the built-in upstream.
 """
 
 from flows._drivers import collect, decode, live
+from flows._gateway import Gateway, gateway_app
+from flows._gateway_tools import GatewayTool
 from flows._graph import STANDARD_STEPS, Graph, GraphRun
 from flows._runner import BatchQueue, CorePool, Placement, Strand, batches
+from flows._simulator import simulator_app
 
 __all__ = [
     "STANDARD_STEPS",
     "BatchQueue",
     "CorePool",
+    "Gateway",
+    "GatewayTool",
     "Graph",
     "GraphRun",
     "Placement",
@@ -21,5 +28,7 @@ __all__ = [
     "batches",
     "collect",
     "decode",
+    "gateway_app",
     "live",
+    "simulator_app",
 ]

@@ -190,7 +190,10 @@ def mcp_call_item(call_id: str, executor: Executor, arguments: str, outcome: Out
     }
     if outcome is not None:
         item["output"] = outcome.output
-        item["error"] = outcome.error
+        item["error"] = None
+        if outcome.error is not None:
+            # the public (openai ≥ 3) shape of a tool that failed while executing
+            item["error"] = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": outcome.error}]}
         item["status"] = "failed" if outcome.error is not None else "completed"
     return item
 

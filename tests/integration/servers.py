@@ -98,7 +98,7 @@ def serve(app: Any, *, sndbuf: int | None = None) -> Iterator[str]:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -123,3 +123,22 @@ def wait_for(predicate: Any, timeout: float, what: str) -> float:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.005)
     return time.monotonic() - start
+
+
+def mcp_app() -> Any:
+    """A real MCP server (the official SDK) with two tools, over streamable HTTP."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("calc")
+
+    @server.tool()
+    def multiply(a: float, b: float) -> float:
+        """Multiply two numbers."""
+        return a * b
+
+    @server.tool()
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    return server.streamable_http_app()
