@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from aiostream import stream
@@ -26,7 +27,7 @@ from operators import (
     Translation,
     Validation,
 )
-from sinks import Relay, Sink, relayed
+from sinks import ChannelSink, Relay, Sink, relayed
 
 
 def _graph(
@@ -192,3 +193,33 @@ def decode(
             break
     run.close()
     return graph.finish()
+
+
+async def sse_body(run: Callable[[Sink], Awaitable[Any]], *, buffered: int = 1) -> AsyncIterator[bytes]:
+    """An HTTP response body (e.g. for Starlette's ``StreamingResponse``) fed by ``run(sink)``.
+
+    ``run`` — typically ``lambda sink: live(source, sink, …)`` — runs as a task writing into a
+    bounded `ChannelSink`; this iterator yields what it wrote. When the consumer stops (the
+    client went away), the task is cancelled, which closes the upstream. An error ``run``
+    raises after the stream started has already been sent as an ``error`` event.
+    """
+    sink = ChannelSink(buffered)
+
+    async def produce() -> None:
+        try:
+            await run(sink)
+        except RespflowError:
+            pass  # already relayed as an error event
+        finally:
+            await sink.aclose()
+
+    task = asyncio.ensure_future(produce())
+    try:
+        async for chunk in sink:
+            yield chunk
+        await task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -121,7 +121,14 @@ class Gateway:
         tool_timeout: float = 60.0,
         keepalive_interval: float = 15.0,
         client_stall_timeout: float = 60.0,
+        customize: Callable[[Graph], Graph] | None = None,
     ) -> None:
+        """Args:
+            upstream: the upstream's base URL (``http://host:port/v1``).
+            tools: the application's own tools, run between rounds.
+            customize: called with each round's fresh `Graph` (splice operators, add
+                ``on_finish`` functions; the latter are applied to the final Response).
+        """
         if max_rounds < 1 or tool_concurrency < 1 or tool_timeout <= 0:
             raise ValueError("max_rounds and tool_concurrency must be ≥ 1 and tool_timeout > 0")
         self.upstream = upstream
@@ -137,6 +144,7 @@ class Gateway:
         self.tool_timeout = tool_timeout
         self.keepalive_interval = keepalive_interval
         self.client_stall_timeout = client_stall_timeout
+        self.customize = customize
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -240,6 +248,8 @@ class Gateway:
                 request["tool_choice"] = "auto"
             offset = len(public)
             graph = Graph(validation=Validation.LENIENT, response_id=response_id, model=model, tools=registry, limits=self.limits)
+            if self.customize is not None:
+                graph = self.customize(graph)
             if relay is not None:
                 relay.start_round(offset)
             round_response = await self._round(graph, request, headers, relay)
@@ -298,7 +308,7 @@ class Gateway:
         }
         if body.get("previous_response_id") is not None:
             final["previous_response_id"] = body["previous_response_id"]
-        response = Response.model_validate(final)
+        response = graph.finish_response(Response.model_validate(final))
         if relay is not None:
             await relay.complete(response)
         return response, rounds

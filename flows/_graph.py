@@ -9,6 +9,7 @@ out — the unit that crosses threads in the live driver.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reactivex import Observable
@@ -58,6 +59,7 @@ class Graph:
             ("translate", lift(lambda: p.translator, name="translate")),
         ]
         self._used = False
+        self._finishers: list[Callable[[Response], Response]] = []
 
     @property
     def names(self) -> list[str]:
@@ -96,6 +98,21 @@ class Graph:
         self._steps.insert(at, (name, operator))
         return self
 
+    def on_finish(self, fn: Callable[[Response], Response]) -> Graph:
+        """Apply ``fn`` to the final Response (after the standard finish); returns self.
+
+        The place for the Response half of a user operator (e.g. the redaction that the
+        spliced operator applied to the frames).
+        """
+        self._finishers.append(fn)
+        return self
+
+    def finish_response(self, response: Response) -> Response:
+        """``response`` through the ``on_finish`` functions, in order."""
+        for fn in self._finishers:
+            response = fn(response)
+        return response
+
     def operator(self) -> Operator[list[bytes], list[Frame]]:
         """The whole graph as one operator: reads in, batches of public frames out."""
         return pipe(*(op for _, op in self._steps))
@@ -108,8 +125,8 @@ class Graph:
         return self.operator()(source)
 
     def finish(self) -> Response:
-        """The final Response (after the graph completed)."""
-        return self.pipeline.finish()
+        """The final Response (after the graph completed), through ``on_finish`` functions."""
+        return self.finish_response(self.pipeline.finish())
 
 
 class GraphRun:

@@ -73,6 +73,11 @@ class Frame:
         self.malformed = malformed
         """None, or why the payload could not be read: ``"json"`` or ``"utf8"``."""
 
+    @classmethod
+    def new(cls, type: str, data: dict[str, Any], line: int = 0) -> Frame:
+        """A frame made by a stage (not parsed from upstream): its spec from the catalogue."""
+        return cls(type, data, CATALOGUE.get(type, OTHER), line)
+
     @property
     def output_index(self) -> int | None:
         value = self.data.get("output_index")

@@ -31,7 +31,7 @@ import orjson
 from operators._config import Limits
 from operators._errors import LimitExceededError, RespflowError, TranslateError
 from operators._fold import Folder
-from operators._frames import CATALOGUE, Frame
+from operators._frames import Frame
 from operators._response import Response
 from operators._tools import ToolKind, ToolRegistry, ToolRoute, custom_id, input_from_arguments
 
@@ -436,8 +436,7 @@ def _name_of(frame: Frame) -> str:
 
 
 def _synthetic(origin: Frame, type: str, fields: dict[str, Any]) -> Frame:
-    data = {"type": type, **fields}
-    return Frame(type, data, CATALOGUE[type], origin.line)
+    return Frame.new(type, {"type": type, **fields}, origin.line)
 
 
 def _restore_namespace(frame: Frame, route: ToolRoute) -> Frame:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import BinaryIO
 
 
@@ -58,3 +59,21 @@ class StreamSink:
 
     async def aclose(self) -> None:
         self._stream.flush()
+
+
+class ChannelSink:
+    """A bounded channel from a producer task to an async-iterating consumer (an HTTP
+    response body). ``send`` waits while ``maxsize`` chunks are unread: the backpressure."""
+
+    def __init__(self, maxsize: int = 1) -> None:
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize)
+
+    async def send(self, data: bytes) -> None:
+        await self._queue.put(data)
+
+    async def aclose(self) -> None:
+        await self._queue.put(None)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._queue.get()) is not None:
+            yield chunk
