@@ -41,9 +41,11 @@ def test_respflow_serve_works_on_the_builtin_simulator() -> None:
         assert raw.startswith(b"event: response.created\ndata: ")
         assert b"event: response.completed" in raw
         # the official client, strict, with the demo gateway tool (two rounds)
-        with openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, _strict_response_validation=True) as client:
-            with client.responses.stream(model="m", input="add_numbers 20 and 22") as stream:
-                final = stream.get_final_response()
+        with (
+            openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, _strict_response_validation=True) as client,
+            client.responses.stream(model="m", input="add_numbers 20 and 22") as stream,
+        ):
+            final = stream.get_final_response()
         assert [item.type for item in final.output] == ["mcp_call", "message"]
         assert final.output[1].content[0].text == "The tool returned 42."  # type: ignore[union-attr]
     finally:
