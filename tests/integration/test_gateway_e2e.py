@@ -231,3 +231,30 @@ def test_client_disconnect_closes_the_upstream_request() -> None:
         wait_for(lambda: script.closed_at is not None, 10, "the upstream request to be closed")
         assert script.closed_at is not None and script.closed_at - gone < 2.0
         assert not script.finished
+
+
+def test_auth_is_forwarded_upstream_and_the_body_untouched(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from tests._support import fixture_bytes
+
+    script = UpstreamScript()
+    script.body = fixture_bytes("text-openai-gpt-4o.sse")
+    with serve(upstream_app(script)) as up, serve(gateway_app(Gateway(up))) as gw, caplog.at_level(logging.INFO, logger="respflow"):
+        c = openai.OpenAI(base_url=gw, api_key="sk-secret-123", max_retries=0)
+        c.responses.create(model="m", input="hi", metadata={"ticket": "42"}, temperature=0.5)
+        c.close()
+    assert script.headers[-1]["authorization"] == "Bearer sk-secret-123"
+    sent = script.requests[-1]
+    assert sent["metadata"] == {"ticket": "42"} and sent["temperature"] == 0.5 and sent["stream"] is True
+    assert "sk-secret" not in caplog.text
+    assert "stream=false" in caplog.text
+
+
+def test_the_round_cap_stops_a_tool_loop() -> None:
+    with serve(simulator_app(pace=0.0)) as sim, serve(gateway_app(Gateway(sim, tools=TOOLS, max_rounds=1))) as gw:
+        c = client(gw, strict=False)
+        final = c.responses.create(model="m", input="add_numbers 1 and 2")
+    assert final.status == "incomplete"
+    assert [i.type for i in final.output] == ["mcp_call"]
+    assert final.incomplete_details is not None and final.incomplete_details.reason == "max_tool_rounds"  # type: ignore[comparison-overlap]
