@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from operators._tools import MAX_TOOL_NAME, fnv1a_hex
+from operators._tools import bounded_name, fnv1a_hex
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 
@@ -75,11 +75,7 @@ def gateway_tool_executor(tool: GatewayTool) -> Executor:
 
 def mcp_function_name(label: str, tool: str) -> str:
     """The model-visible name of an MCP tool (64 characters at most)."""
-    name = f"mcp__{label}__{tool}"
-    if len(name) <= MAX_TOOL_NAME:
-        return name
-    suffix = "__" + fnv1a_hex(name)
-    return name[: MAX_TOOL_NAME - len(suffix)] + suffix
+    return bounded_name(f"mcp__{label}__{tool}")
 
 
 class McpServer:

@@ -71,13 +71,18 @@ def fnv1a_hex(value: str) -> str:
     return f"{h:016x}"
 
 
-def flat_name(namespace: str, member: str) -> str:
-    """The model-visible name of a namespace member (at most 64 characters)."""
-    name = f"{NAMESPACE_PREFIX}{namespace}__{member}"
+def bounded_name(name: str) -> str:
+    """``name`` if it fits upstream's 64-character limit, else a readable prefix plus a
+    16-hex fingerprint of the whole name (exactly 64 characters)."""
     if len(name) <= MAX_TOOL_NAME:
         return name
     suffix = "__" + fnv1a_hex(name)
     return name[: MAX_TOOL_NAME - len(suffix)] + suffix
+
+
+def flat_name(namespace: str, member: str) -> str:
+    """The model-visible name of a namespace member (at most 64 characters)."""
+    return bounded_name(f"{NAMESPACE_PREFIX}{namespace}__{member}")
 
 
 def custom_function(decl: dict[str, Any]) -> dict[str, Any]:
