@@ -65,11 +65,24 @@ def test_cr_lf_and_crlf_agree(name: str, ending: bytes, cuts: list[int]) -> None
 
 @settings(max_examples=150, deadline=None)
 @given(stream=valid_streams(), cuts=st.lists(st.integers(0, 1 << 16), max_size=30))
-def test_lenient_accepts_what_strict_accepts_with_the_same_response(stream: list[dict[str, Any]], cuts: list[int]) -> None:
+def test_lenient_accepts_what_strict_accepts_with_the_same_frames_and_response(stream: list[dict[str, Any]], cuts: list[int]) -> None:
+    from operators import AgentPipeline
+
     body = sse(*stream)
     strict = decode(chunked(body, cuts), validation=Validation.STRICT, response_id="r")
     lenient = decode(chunked(body, cuts), validation=Validation.LENIENT, response_id="r")
     assert stable(strict.to_dict()) == stable(lenient.to_dict())
+    emitted = []
+    for policy in (Validation.STRICT, Validation.LENIENT):
+        pipeline = AgentPipeline(validation=policy, response_id="r")
+        frames = []
+        splitter = LineSplitter()
+        for chunk in chunked(body, cuts):
+            frames += [f.data for f in pipeline.push_all(splitter.feed(chunk)).frames]
+        frames += [f.data for f in pipeline.push_all(splitter.flush()).frames]
+        emitted.append(frames)
+    assert emitted[0] == emitted[1]
+    assert len(emitted[0]) == len(stream)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
