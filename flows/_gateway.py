@@ -49,6 +49,7 @@ from flows._transport import body_bytes, default_client, open_stream
 from operators import (
     Limits,
     RelayError,
+    RequestError,
     RespflowError,
     Response,
     ToolKind,
@@ -62,17 +63,6 @@ from sinks import Relay, Sink, relayed
 log = logging.getLogger("respflow")
 
 _CALLS = ("function_call", "custom_tool_call")
-
-
-class RequestError(RespflowError):
-    """The client's request is malformed (HTTP 400/413)."""
-
-    code = "invalid_request"
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message, code=code, stage="gateway")
-        self.status = status
-        self.param = param
 
 
 def new_response_id() -> str:

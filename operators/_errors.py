@@ -11,7 +11,8 @@ excerpt of the offending input.
     ├── UpstreamError         the upstream: HTTP status, disconnect, timeout
     ├── LimitExceededError    a configured bound was reached (bytes, entries)
     ├── TranslateError        a tool call could not be given back its public shape
-    └── RelayError            the client side: send failed, client stalled
+    ├── RelayError            the client side: send failed, client stalled
+    └── RequestError          the client's request to the gateway is malformed (HTTP 400/413)
 """
 
 from __future__ import annotations
@@ -117,3 +118,14 @@ class RelayError(RespflowError):
     """Delivery to the client failed: the send was rejected, or the client stalled."""
 
     code = "relay"
+
+
+class RequestError(RespflowError):
+    """The client's request is malformed: the gateway answers 400 (or 413 for a body too big)."""
+
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, code=code, stage="gateway")
+        self.status = status
+        self.param = param
