@@ -82,8 +82,61 @@ async def open_stream(
     return response
 
 
+JSON_BODY_BYTES = 16 << 20
+"""The largest non-streamed JSON Response body accepted from an upstream."""
+
+
+def json_as_sse(response: Mapping[str, Any]) -> bytes:
+    """A complete (non-streamed) Response object as the SSE stream that would have carried it:
+    created, in_progress, each output item added and done, then the terminal event."""
+    status = response.get("status") or "completed"
+    snapshot = {k: v for k, v in response.items() if k not in ("output", "usage")}
+    head = dict(snapshot, status="in_progress", output=[])
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": head},
+        {"type": "response.in_progress", "response": head},
+    ]
+    output = response.get("output")
+    for index, item in enumerate(output if isinstance(output, list) else []):
+        if isinstance(item, dict):
+            events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    terminal = {"completed": "response.completed", "failed": "response.failed", "incomplete": "response.incomplete"}
+    events.append({"type": terminal.get(str(status), "response.completed"), "response": dict(response)})
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+
+
 async def body_bytes(response: httpx.Response) -> AsyncGenerator[bytes, None]:
-    """The response body as it arrives; closes the response when done, cut or cancelled."""
+    """The response body as it arrives; closes the response when done, cut or cancelled.
+
+    An upstream that answers a streaming request with a plain JSON Response (it ignored
+    ``stream``) is read whole (bounded) and turned into the equivalent SSE stream, so nothing
+    it said is lost.
+    """
+    if response.headers.get("content-type", "").startswith("application/json"):
+        try:
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > JSON_BODY_BYTES:
+                    raise UpstreamError(
+                        f"the upstream's JSON body is over {JSON_BODY_BYTES} bytes",
+                        code="upstream_status",
+                        status=502,
+                        stage="transport",
+                    )
+            try:
+                parsed = orjson.loads(bytes(data))
+            except orjson.JSONDecodeError:
+                raise UpstreamError(
+                    "the upstream answered with JSON that does not parse", code="upstream_status", status=502, stage="transport"
+                ) from None
+            if not isinstance(parsed, dict):
+                raise UpstreamError("the upstream's JSON body is not a Response object", code="upstream_status", status=502, stage="transport")
+            yield json_as_sse(parsed)
+            return
+        finally:
+            await response.aclose()
     try:
         async for chunk in response.aiter_bytes():
             if chunk:

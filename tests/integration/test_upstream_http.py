@@ -200,3 +200,25 @@ def test_unreachable_upstream_is_a_502_error() -> None:
     with pytest.raises(UpstreamError) as info:
         asyncio.run(collect(source(f"http://127.0.0.1:{port}/v1")))
     assert (info.value.code, info.value.status) == ("upstream_unreachable", 502)
+
+
+def test_an_upstream_that_ignores_stream_and_sends_json_is_not_lost() -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from flows import decode
+    from operators import Validation
+    from tests._support import fixture_bytes
+
+    final = decode(fixture_bytes("function-call-vllm-gemma4.sse"), validation=Validation.LENIENT).to_dict()
+
+    async def responses(request: object) -> JSONResponse:
+        return JSONResponse(final)
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    with serve(app) as url:
+        sink = CollectSink()
+        response = asyncio.run(live(source(url), sink, response_id="resp_gw"))
+    assert response.to_dict()["output"] == final["output"]
+    assert b"response.output_item.done" in sink.getvalue()
