@@ -34,8 +34,11 @@ def _split(text: str, cuts: list[int]) -> list[str]:
 
 
 @st.composite
-def valid_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """A strictly valid stream: created, in_progress, 0-4 items (messages, function calls), completed."""
+def valid_streams(draw: st.DrawFn, *, call_name: str = "lookup", custom: bool = False) -> list[dict[str, Any]]:
+    """A strictly valid stream: created, in_progress, 0-4 items (messages, function calls), completed.
+
+    With ``custom``, calls carry ``{"input": …}`` arguments, as a custom tool's calls do upstream.
+    """
     events: list[dict[str, Any]] = [created(), in_progress()]
     final: list[dict[str, Any]] = []
     for index in range(draw(st.integers(0, 4))):
@@ -51,12 +54,13 @@ def valid_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
             item = message(mid, text, "completed")
         else:
             fid, cid = f"fc_{index}", f"call_{index}"
-            args = json.dumps({"q": draw(texts), "n": draw(st.integers())}, ensure_ascii=draw(st.booleans()))
+            payload: dict[str, Any] = {"input": draw(texts)} if custom else {"q": draw(texts), "n": draw(st.integers())}
+            args = json.dumps(payload, ensure_ascii=draw(st.booleans()))
             pieces = _split(args, draw(st.lists(st.integers(0, 200), max_size=8)))
-            events.append(added(fcall(fid, cid, "lookup"), index))
+            events.append(added(fcall(fid, cid, call_name), index))
             events += [args_delta(p, fid, index) for p in pieces]
             events.append(args_done(args, fid, index))
-            item = fcall(fid, cid, "lookup", args, "completed")
+            item = fcall(fid, cid, call_name, args, "completed")
         events.append(done(item, index))
         final.append(item)
     events.append(completed(output=final if draw(st.booleans()) else None, usage={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}))

@@ -296,3 +296,18 @@ def test_relaying_then_folding_gives_the_same_response(stream: list[dict[str, An
     refolded = decode(sink.getvalue(), validation=Validation.STRICT, response_id="resp_gw").to_dict()
     assert refolded["output"] == original["output"]
     assert refolded["status"] == original["status"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(stream=valid_streams(call_name="raw_echo", custom=True))
+def test_relaying_custom_tool_calls_then_folding_gives_the_same_response(stream: list[dict[str, Any]]) -> None:
+    from operators import ToolRegistry
+
+    tools = [{"type": "custom", "name": "raw_echo"}]
+    body = sse(*stream)
+    original = decode(body, validation=Validation.LENIENT, response_id="resp_gw", tools=ToolRegistry(tools)).to_dict()
+    sink = CollectSink()
+    asyncio.run(live([body], sink, placement="inline", response_id="resp_gw", tools=ToolRegistry(tools)))
+    refolded = decode(sink.getvalue(), validation=Validation.STRICT, response_id="resp_gw").to_dict()
+    assert refolded["output"] == original["output"]
+    assert all(item["type"] in ("message", "custom_tool_call") for item in refolded["output"])
