@@ -65,3 +65,30 @@ def test_strict_eof_without_terminal_has_no_line() -> None:
     result = respflow("fold", "-", "--strict", stdin=sse(created(), in_progress()))
     assert result.returncode == 1
     assert result.stderr.decode().startswith("error[eof_without_terminal]:")
+
+
+def test_tools_restore_a_recorded_namespace_call(tmp_path: Path) -> None:
+    """The recorded vLLM call uses the flat name; with the client's namespace declaration
+    the fold and the relay give it back as namespace + name."""
+    tools = tmp_path / "tools.json"
+    member = {"type": "function", "name": "add_numbers", "parameters": {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "number"}}}}}
+    tools.write_text(json.dumps([{"type": "namespace", "name": "mcp__agentic_fixture", "description": "fixture", "tools": [member]}]))
+    fixture = str(FIXTURES / "namespace-flat-vllm-qwen3.6-35b-turn1.sse")
+    result = respflow("fold", fixture, "--tools", str(tools))
+    assert result.returncode == 0, result.stderr
+    call = json.loads(result.stdout)["output"][-1]
+    assert (call["type"], call["namespace"], call["name"]) == ("function_call", "mcp__agentic_fixture", "add_numbers")
+    relayed = respflow("relay", fixture, "--tools", str(tools))
+    assert relayed.returncode == 0
+    assert b'"name":"agentic_ns__' not in relayed.stdout  # (the model names it in its reasoning text)
+    assert b'"namespace":"mcp__agentic_fixture"' in relayed.stdout
+
+
+def test_a_bad_tools_file_is_an_error(tmp_path: Path) -> None:
+    bad = tmp_path / "tools.json"
+    bad.write_text("{not json")
+    result = respflow("fold", str(FIXTURES / "text-openai-gpt-4o.sse"), "--tools", str(bad))
+    assert result.returncode == 1 and result.stderr.decode().startswith("error[bad_tools]:")
+    bad.write_text('{"type": "function"}')
+    result = respflow("fold", str(FIXTURES / "text-openai-gpt-4o.sse"), "--tools", str(bad))
+    assert result.returncode == 1 and result.stderr.decode().startswith("error[bad_tools]:")
