@@ -258,3 +258,35 @@ def test_the_round_cap_stops_a_tool_loop() -> None:
     assert final.status == "incomplete"
     assert [i.type for i in final.output] == ["mcp_call"]
     assert final.incomplete_details is not None and final.incomplete_details.reason == "max_tool_rounds"  # type: ignore[comparison-overlap]
+
+
+def test_an_unreachable_mcp_server_is_a_failed_listing_and_the_answer_goes_on(stack: dict[str, str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tools = [{"type": "mcp", "server_label": "gone", "server_url": f"http://127.0.0.1:{port}/mcp", "require_approval": "never"}]
+    with client(stack["gateway"]).responses.stream(model="m", input="hello", tools=tools) as s:  # type: ignore[arg-type]
+        kinds = [e.type for e in s]
+        final = s.get_final_response()
+    assert "response.mcp_list_tools.failed" in kinds
+    listing = final.output[0].model_dump()
+    assert listing["type"] == "mcp_list_tools" and listing["tools"] == [] and "gone" in listing["error"]
+    assert content(final)[1] == ("message", "You said: hello")
+
+
+def test_concurrent_streams_stay_separate(stack: dict[str, str]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(n: int) -> tuple[int, list[int], str]:
+        with client(stack["gateway"]).responses.stream(model="m", input=f"add_numbers {n} and 1") as s:
+            seqs = [e.sequence_number for e in s]
+            final = s.get_final_response()
+        return n, seqs, final.output_text
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(16)))
+    for n, seqs, text in results:
+        assert seqs == list(range(len(seqs)))
+        assert text == f"The tool returned {n + 1}."
