@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from typing import Any, Literal, TypeVar
 
 from flows._graph import GraphRun
-from operators import RespflowError, Translation, UpstreamError
+from operators import Translation, UpstreamError
 
 Placement = Literal["worker", "inline"]
 T = TypeVar("T")
@@ -227,7 +227,7 @@ async def batches(
                             await queue.put(await future, n)
                     if run.done:
                         break
-            except (RespflowError, OSError, Exception) as exc:
+            except Exception as exc:
                 # every read already in the core is delivered before the error
                 while inflight:
                     future, n = inflight.popleft()
