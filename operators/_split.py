@@ -88,11 +88,6 @@ class LineSplitter:
         """True once ``[DONE]`` was seen: the stream is over, stop reading."""
         return self._done
 
-    @property
-    def lines_read(self) -> int:
-        """How many complete lines were read so far."""
-        return self._line_no
-
     def feed(self, chunk: bytes) -> list[SseLine]:
         """Take the next chunk; return the events it completed.
 
