@@ -116,44 +116,52 @@ class Folder:
 
     def feed(self, frame: Frame) -> list[Frame]:
         """Fold one accepted frame; pass it on."""
-        self.apply(frame)
-        return [frame]
+        return self.feed_all([frame])
 
-    def feed_all(self, frames: list[Frame]) -> list[Frame]:
-        """Fold a batch; pass it on (``partial`` on an error)."""
-        apply = self.apply
-        for n, frame in enumerate(frames):
-            try:
-                apply(frame)
-            except RespflowError as exc:
-                exc.partial = frames[:n]
-                raise
-        return frames
+    def apply(self, frame: Frame) -> None:
+        """Fold one accepted frame."""
+        self.feed_all([frame])
 
     def flush(self) -> list[Frame]:
         """Nothing is held back; the Response comes from `finish`."""
         return []
 
-    def apply(self, frame: Frame) -> None:
-        """Fold one accepted frame."""
+    def feed_all(self, frames: list[Frame]) -> list[Frame]:
+        """Fold a batch; pass it on (``partial`` on an error).
+
+        The one implementation: the per-item methods call it with one frame.
+        """
+        slots = self.slots
+        frame: Frame | None = None
+        try:
+            for frame in frames:
+                spec = frame.spec
+                if spec.action is not _MUTATE:
+                    self._apply_item_or_response(frame)
+                    continue
+                data = frame.data
+                slot = slots.get(data["output_index"])
+                if slot is None or slot.done:
+                    continue
+                delta = data.get("delta")
+                if type(delta) is str:
+                    self._retained += len(delta)
+                    if self._retained > self._max_retained:
+                        self._charge_bytes(0, frame)
+                fn = slot.spec.deltas.get(frame.type)
+                if fn is not None:
+                    fn(slot.building, data)  # type: ignore[arg-type]
+                if not data.get("item_id") and spec.needs_item_id:
+                    data["item_id"] = slot.current().get("id", "")  # frames name the public id
+        except RespflowError as exc:
+            exc.partial = frames[: frames.index(frame)] if frame is not None else []
+            raise
+        return frames
+
+    def _apply_item_or_response(self, frame: Frame) -> None:
         action = frame.spec.action
         data = frame.data
-        if action is _MUTATE:
-            slot = self.slots.get(data["output_index"])
-            if slot is None or slot.done:
-                return
-            building = slot.building
-            delta = data.get("delta")
-            if type(delta) is str:
-                self._retained += len(delta)
-                if self._retained > self._max_retained:
-                    self._charge_bytes(0, frame)
-            fn = slot.spec.deltas.get(frame.type)
-            if fn is not None:
-                fn(building, data)  # type: ignore[arg-type]
-            if not data.get("item_id") and frame.spec.needs_item_id:
-                data["item_id"] = slot.current().get("id", "")  # frames name the public id
-        elif action is _OPEN:
+        if action is _OPEN:
             item = data["item"]
             spec = kind_spec(item.get("type", ""))
             generated = not item.get("id")

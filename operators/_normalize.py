@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from operators._errors import ProtocolError
-from operators._frames import CATALOGUE, OTHER, RENAMES, Frame
+from operators._frames import CATALOGUE, OTHER, RENAMES, EventSpec, Frame
 from operators._split import SseLine
 
 _U32_MAX = 0xFFFFFFFF
@@ -32,61 +32,78 @@ class Normalizer:
 
     def feed(self, line: SseLine) -> list[Frame]:
         """One payload in, one frame out."""
-        return [self.normalize(line)]
+        return self.feed_all([line])
 
-    def feed_all(self, lines: list[SseLine]) -> list[Frame]:
-        """A batch of payloads in, their frames out (``partial`` on an error)."""
-        out: list[Frame] = []
-        normalize = self.normalize
-        try:
-            for line in lines:
-                out.append(normalize(line))
-        except ProtocolError as exc:
-            exc.partial = out
-            raise
-        return out
+    def normalize(self, line: SseLine) -> Frame:
+        """One payload in, one frame out."""
+        return self.feed_all([line])[0]
 
     def flush(self) -> list[Frame]:
         """Nothing is held back."""
         return []
 
-    def normalize(self, line: SseLine) -> Frame:
-        """One payload in, one frame out."""
-        payload, line_no = line
-        try:
-            data: Any = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return Frame("", {}, OTHER, line_no, _why(payload))
-        if type(data) is not dict:
-            return Frame("", {}, OTHER, line_no, "json")
-        kind = data.get("type")
-        spec = CATALOGUE.get(kind)  # type: ignore[arg-type]
-        if spec is None:
-            if kind is None:
-                return Frame("", data, OTHER, line_no)
-            if type(kind) is not str:
-                return Frame("", data, OTHER, line_no, "json")
-            renamed = RENAMES.get(kind)
-            if renamed is None:
-                return Frame(kind, data, OTHER, line_no)
-            kind = data["type"] = renamed
-            spec = CATALOGUE[kind]
-        if kind == "response.completed":
-            response = data.get("response")
-            if type(response) is dict and response.get("status") == "incomplete":
-                kind = data["type"] = "response.incomplete"
-                spec = CATALOGUE[kind]
-        if "output_index" in data:
-            index = data["output_index"]
-            if type(index) is not int or index < 0 or index > _U32_MAX:
-                raise ProtocolError(
-                    "upstream stream has an invalid 'output_index': expected an unsigned "
-                    "32-bit integer",
-                    code="invalid_output_index",
-                    stage="normalize",
-                    line=line_no,
-                )
-        return Frame(spec.type, data, spec, line_no)
+    def feed_all(self, lines: list[SseLine]) -> list[Frame]:
+        """A batch of payloads in, their frames out, in order (``partial`` on an error).
+
+        The one implementation: the per-item methods call it with one line.
+        """
+        out: list[Frame] = []
+        append = out.append
+        loads = orjson.loads
+        catalogue = CATALOGUE
+        for payload, line_no in lines:
+            try:
+                data: Any = loads(payload)
+            except orjson.JSONDecodeError:
+                append(Frame("", {}, OTHER, line_no, _why(payload)))
+                continue
+            if type(data) is not dict:
+                append(Frame("", {}, OTHER, line_no, "json"))
+                continue
+            kind = data.get("type")
+            spec = catalogue.get(kind)  # type: ignore[arg-type]
+            if spec is None:
+                append(_unlisted(kind, data, line_no))
+                continue
+            if kind == "response.completed":
+                spec = _completed(data)
+            if "output_index" in data:
+                index = data["output_index"]
+                if type(index) is not int or index < 0 or index > _U32_MAX:
+                    error = ProtocolError(
+                        "upstream stream has an invalid 'output_index': expected an unsigned "
+                        "32-bit integer",
+                        code="invalid_output_index",
+                        stage="normalize",
+                        line=line_no,
+                    )
+                    error.partial = out
+                    raise error
+            append(Frame(spec.type, data, spec, line_no))
+        return out
+
+
+def _unlisted(kind: Any, data: dict[str, Any], line_no: int) -> Frame:
+    """A type the catalogue does not list: a vLLM name, an untyped or a foreign event."""
+    if kind is None:
+        return Frame("", data, OTHER, line_no)
+    if type(kind) is not str:
+        return Frame("", data, OTHER, line_no, "json")
+    renamed = RENAMES.get(kind)
+    if renamed is None:
+        return Frame(kind, data, OTHER, line_no)
+    data["type"] = renamed
+    spec = _completed(data) if renamed == "response.completed" else CATALOGUE[renamed]
+    return Frame(spec.type, data, spec, line_no)
+
+
+def _completed(data: dict[str, Any]) -> EventSpec:
+    """vLLM reports a truncated answer as ``completed`` with status ``incomplete``."""
+    response = data.get("response")
+    if type(response) is dict and response.get("status") == "incomplete":
+        data["type"] = "response.incomplete"
+        return CATALOGUE["response.incomplete"]
+    return CATALOGUE["response.completed"]
 
 
 def _why(data: bytes) -> str:

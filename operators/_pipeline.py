@@ -8,8 +8,9 @@ requires a terminal by then) and returns the final `Response`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from operators._config import Limits
 from operators._errors import RespflowError
@@ -54,6 +55,12 @@ class AgentPipeline:
             response_id=response_id, model=model, max_retained_bytes=limits.max_retained_bytes
         )
         self.translator = Translator(tools, self.folder, limits)
+        self._feeds: tuple[Callable[[list[Any]], list[Any]], ...] = (
+            self.normalizer.feed_all,
+            self.validator.feed_all,
+            self.folder.feed_all,
+            self.translator.feed_all,
+        )
         self._finished = False
 
     def push(self, line: SseLine) -> Translation:
@@ -63,29 +70,24 @@ class AgentPipeline:
     def push_all(self, lines: Iterable[SseLine]) -> Translation:
         """A batch of payloads (one upstream read) in; their frames, in order, out.
 
-        If a line fails, the frames of the lines before it are attached to the error as
-        ``partial`` so a driver can deliver them before the error.
+        Each stage takes the whole batch (``feed_all``), as in the reactive graph. If a stage
+        fails, the items it produced before the failure still go through the later stages;
+        then the error is raised with ``partial`` = the frames they produced, so a driver
+        delivers every frame before the error.
         """
-        frames: list[Frame] = []
-        normalize = self.normalizer.normalize
-        accept = self.validator.accept
-        apply = self.folder.apply
-        translator = self.translator
-        translate = translator.feed if translator.registry.rewrites else None
-        line: SseLine | None = None
-        try:
-            for line in lines:
-                frame = normalize(line)
-                if accept(frame):
-                    apply(frame)
-                    if translate is None:
-                        frames.append(frame)
-                    else:
-                        frames += translate(frame)
-        except RespflowError as exc:
-            exc.partial = frames
-            raise exc.at(line=line.line if line is not None else None) from None
-        return Translation(frames, translator.defer_from)
+        batch: list[Any] = lines if isinstance(lines, list) else list(lines)
+        error: RespflowError | None = None
+        for feed_all in self._feeds:
+            try:
+                batch = feed_all(batch)
+            except RespflowError as exc:
+                # a later stage's error concerns an earlier line: it wins, as in the graph
+                batch, exc.partial = exc.partial, []
+                error = exc
+        if error is not None:
+            error.partial = batch
+            raise error
+        return Translation(batch, self.translator.defer_from)
 
     def flush(self) -> Translation:
         """End of stream, before `finish`: frames translate still held (unnamed calls)."""

@@ -81,41 +81,42 @@ class Validator:
 
     def feed(self, frame: Frame) -> list[Frame]:
         """Accept (``[frame]``) or ignore (``[]``) one frame, or raise."""
-        return [frame] if self.accept(frame) else []
-
-    def feed_all(self, frames: list[Frame]) -> list[Frame]:
-        """The accepted frames of a batch, in order (``partial`` on an error)."""
-        out: list[Frame] = []
-        accept = self.accept
-        try:
-            for frame in frames:
-                if accept(frame):
-                    out.append(frame)
-        except ProtocolError as exc:
-            exc.partial = out
-            raise
-        return out
+        return self.feed_all([frame])
 
     def accept(self, frame: Frame) -> bool:
         """True if the frame is accepted, False if it is ignored; raises on a violation."""
-        spec = frame.spec
-        if spec.action is _A_MUTATE and self._phase == _IN_PROGRESS:
-            # hot path: a delta for a bound, active item at its own index
-            data = frame.data
-            slot = self._slots.get(data.get("output_index"))  # type: ignore[arg-type]
-            if slot is not None and not slot.done and slot.kind in spec.kinds:
-                item_id = data.get("item_id")
-                if item_id and item_id == slot.item_id and "call_id" not in data:
-                    if self._strict:
-                        try:
-                            self._check_frame(frame)
-                        except ProtocolError as exc:
-                            raise exc.at(line=frame.line, stage="validate") from None
-                    return True
+        return bool(self.feed_all([frame]))
+
+    def feed_all(self, frames: list[Frame]) -> list[Frame]:
+        """The accepted frames of a batch, in order (``partial`` on an error).
+
+        The one implementation: the per-item methods call it with one frame.
+        """
+        out: list[Frame] = []
+        append = out.append
+        slots = self._slots
+        strict = self._strict
+        frame: Frame | None = None
         try:
-            return self._accept(frame)
+            for frame in frames:
+                spec = frame.spec
+                if spec.action is _A_MUTATE and self._phase == _IN_PROGRESS:
+                    # hot path: a delta for a bound, active item at its own index
+                    data = frame.data
+                    slot = slots.get(data.get("output_index"))  # type: ignore[arg-type]
+                    if slot is not None and not slot.done and slot.kind in spec.kinds:
+                        item_id = data.get("item_id")
+                        if item_id and item_id == slot.item_id and "call_id" not in data:
+                            if strict:
+                                self._check_frame(frame)
+                            append(frame)
+                            continue
+                if self._accept(frame):
+                    append(frame)
         except ProtocolError as exc:
-            raise exc.at(line=frame.line, stage="validate") from None
+            exc.partial = out
+            raise exc.at(line=frame.line if frame is not None else None, stage="validate") from None
+        return out
 
     def flush(self) -> list[Frame]:
         """End of input: strict requires that a terminal event was seen."""
