@@ -140,6 +140,7 @@ def run_core_bench(*, quick: bool = False) -> list[dict[str, Any]]:
                 "events": events[name],
                 "median_s": round(t, 4),
                 "events_per_s": round(events[name] / t),
+                "mb_in_per_s": round(len(body) / t / 1e6, 1),
                 "ratio_to_floor": round(statistics.median(ratios), 3),
             }
         )

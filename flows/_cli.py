@@ -143,11 +143,11 @@ def _bench(args: argparse.Namespace) -> int:
         out = {"core": rows, "placement": placement}
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    print(f"{'workload':42} {'events':>8} {'median s':>9} {'events/s':>10} {'x floor':>8}")
+    print(f"{'workload':42} {'events':>8} {'median s':>9} {'events/s':>10} {'MB/s in':>8} {'x floor':>8}")
     for row in rows:
         print(
             f"{row['name']:42} {row['events']:>8} {row['median_s']:>9.4f} "
-            f"{row['events_per_s']:>10} {row['ratio_to_floor']:>8.3f}"
+            f"{row['events_per_s']:>10} {row['mb_in_per_s']:>8} {row['ratio_to_floor']:>8.3f}"
         )
     if placement:
         print()
