@@ -92,3 +92,15 @@ def test_a_bad_tools_file_is_an_error(tmp_path: Path) -> None:
     bad.write_text('{"type": "function"}')
     result = respflow("fold", str(FIXTURES / "text-openai-gpt-4o.sse"), "--tools", str(bad))
     assert result.returncode == 1 and result.stderr.decode().startswith("error[bad_tools]:")
+
+
+def test_bench_prints_its_table_as_json() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "flows._cli", "bench", "--quick", "--json"], capture_output=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["core"]
+    assert [r["name"].split(" ")[0] for r in rows] == ["floor", "core", "relay"]
+    assert rows[0]["ratio_to_floor"] == 1.0
+    assert all(r["events"] == rows[0]["events"] for r in rows[:2])
+    assert all(r["ratio_to_floor"] > 0 for r in rows)
