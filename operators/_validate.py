@@ -64,6 +64,8 @@ class Validator:
     def __init__(self, validation: Validation = Validation.LENIENT) -> None:
         self.validation = validation
         self._strict = validation is Validation.STRICT
+        # phases in which a delta for a bound, active item needs no lifecycle check
+        self._fast_phases = frozenset({_IN_PROGRESS} if self._strict else {_AWAITING, _CREATED, _IN_PROGRESS})
         self._phase = _AWAITING
         self._response_id: str | None = None
         self._slots: dict[int, _Slot] = {}
@@ -96,11 +98,12 @@ class Validator:
         append = out.append
         slots = self._slots
         strict = self._strict
+        fast_phases = self._fast_phases
         frame: Frame | None = None
         try:
             for frame in frames:
                 spec = frame.spec
-                if spec.action is _A_MUTATE and self._phase == _IN_PROGRESS:
+                if spec.action is _A_MUTATE and self._phase in fast_phases:
                     # hot path: a delta for a bound, active item at its own index
                     data = frame.data
                     slot = slots.get(data.get("output_index"))  # type: ignore[arg-type]
@@ -163,7 +166,9 @@ class Validator:
         if action is _A_CREATED:
             if self._phase == _AWAITING:
                 self._phase = _CREATED
-                self._response_id = frame.data["response"].get("id") if self._strict else self._response_id
+                response = frame.data.get("response")
+                if isinstance(response, dict):
+                    self._response_id = response.get("id")
             return True
         if action is _A_IN_PROGRESS or action is _A_QUEUED:
             if self._phase < _IN_PROGRESS:
