@@ -179,6 +179,7 @@ class Gateway:
                 if key in body
             }
             base["tools"] = registry.public_tools
+            input_items = registry.upstream_input(input_items)
             relay = None
             if sink is not None:
                 relay = Relay(

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from operators._tools import bounded_name, fnv1a_hex
+from operators._tools import GATEWAY_LABEL, fnv1a_hex, mcp_function_name
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 
@@ -35,7 +35,7 @@ class GatewayTool:
     fn: ToolFn
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
-    server_label: str = "gateway"
+    server_label: str = GATEWAY_LABEL
 
     def declaration(self) -> dict[str, Any]:
         return {
@@ -71,11 +71,6 @@ def gateway_tool_executor(tool: GatewayTool) -> Executor:
         return Outcome(result if isinstance(result, str) else orjson.dumps(result).decode())
 
     return Executor(server_label=tool.server_label, public_name=tool.name, run=run)
-
-
-def mcp_function_name(label: str, tool: str) -> str:
-    """The model-visible name of an MCP tool (64 characters at most)."""
-    return bounded_name(f"mcp__{label}__{tool}")
 
 
 class McpServer:

@@ -22,9 +22,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from operators._errors import TranslateError
 
 NAMESPACE_PREFIX = "agentic_ns__"
+GATEWAY_LABEL = "gateway"
+"""The ``server_label`` of calls to the embedding application's own gateway tools."""
 MAX_TOOL_NAME = 64
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -78,6 +82,11 @@ def bounded_name(name: str) -> str:
         return name
     suffix = "__" + fnv1a_hex(name)
     return name[: MAX_TOOL_NAME - len(suffix)] + suffix
+
+
+def mcp_function_name(label: str, tool: str) -> str:
+    """The model-visible name of a tool of the MCP server ``label`` (64 characters at most)."""
+    return bounded_name(f"mcp__{label}__{tool}")
 
 
 def flat_name(namespace: str, member: str) -> str:
@@ -184,6 +193,48 @@ class ToolRegistry:
         """The tools array to send upstream: every tool as a function."""
         return [dict(t) for t in self._upstream]
 
+    def upstream_input(self, items: list[Any]) -> list[Any]:
+        """A request's input items as upstream must see them (the reverse of `restore_item`).
+
+        A continuation turn replays public items: ``custom_tool_call`` (and its output) becomes
+        a ``function_call`` with ``{"input": …}`` arguments (and a ``function_call_output``); a
+        namespaced ``function_call`` gets its flat model-visible name; a server-side ``mcp_call``
+        becomes the call and its output, so the model keeps the context; ``mcp_list_tools``
+        items are dropped (upstream gets the tools as declarations). Anything else is untouched.
+        """
+        out: list[Any] = []
+        for item in items:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "custom_tool_call":
+                out.append(
+                    {
+                        "type": "function_call",
+                        "call_id": item.get("call_id", ""),
+                        "name": item.get("name", ""),
+                        "arguments": orjson.dumps({"input": item.get("input", "")}).decode(),
+                    }
+                )
+            elif kind == "custom_tool_call_output":
+                out.append({"type": "function_call_output", "call_id": item.get("call_id", ""), "output": item.get("output", "")})
+            elif kind == "function_call" and item.get("namespace"):
+                flat = flat_name(str(item["namespace"]), str(item.get("name", "")))
+                out.append({k: v for k, v in item.items() if k != "namespace"} | {"name": flat})
+            elif kind == "mcp_call":
+                call_id = str(item.get("id") or "")
+                name = str(item.get("name", ""))
+                label = item.get("server_label")
+                if label != GATEWAY_LABEL and isinstance(label, str):
+                    name = mcp_function_name(label, name)
+                out.append({"type": "function_call", "call_id": call_id, "name": name, "arguments": item.get("arguments") or "{}"})
+                error = item.get("error")
+                output = item.get("output") if not error else f"ERROR: {orjson.dumps(error).decode()}"
+                out.append({"type": "function_call_output", "call_id": call_id, "output": output or ""})
+            elif kind == "mcp_list_tools":
+                continue
+            else:
+                out.append(item)
+        return out
+
     def restore_item(self, item: dict[str, Any]) -> dict[str, Any] | None:
         """A final output item in its public shape; None for a withheld gateway call."""
         if item.get("type") != "function_call":
@@ -250,8 +301,6 @@ def input_from_arguments(arguments: str) -> str:
 
     A JSON object → its ``input`` string; a JSON string → itself; anything else → the raw text.
     """
-    import orjson
-
     try:
         value = orjson.loads(arguments)
     except orjson.JSONDecodeError:

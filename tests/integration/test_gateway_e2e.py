@@ -290,3 +290,19 @@ def test_concurrent_streams_stay_separate(stack: dict[str, str]) -> None:
     for n, seqs, text in results:
         assert seqs == list(range(len(seqs)))
         assert text == f"The tool returned {n + 1}."
+
+
+def test_a_continuation_turn_with_a_custom_tool_output(stack: dict[str, str]) -> None:
+    c = client(stack["gateway"])
+    tools = scenario_tools("custom", stack)
+    first = c.responses.create(model="m", input="raw_echo this text", tools=tools)
+    call = first.output[0].model_dump(exclude_unset=True)
+    assert call["type"] == "custom_tool_call"
+    follow = [
+        {"role": "user", "content": "raw_echo this text"},
+        call,
+        {"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "ECHOED"},
+    ]
+    with c.responses.stream(model="m", input=follow, tools=tools) as s:  # type: ignore[arg-type]
+        final = s.get_final_response()
+    assert final.output_text == "The tool returned ECHOED."

@@ -250,3 +250,25 @@ def test_custom_deltas_concatenate_to_the_final_input(text: str, cuts: list[int]
     deltas = [f["delta"] for f in frames if f["type"] == "response.custom_tool_call_input.delta"]
     assert "".join(deltas) == text
     assert pipeline.finish().to_dict()["output"][0]["input"] == text
+
+
+def test_continuation_input_items_go_upstream_as_functions() -> None:
+    reg = ToolRegistry(TOOLS)
+    items: list[Any] = [
+        {"role": "user", "content": "hi"},
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c1", "name": "raw_echo", "input": 'say "x"'},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"},
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "timezone", "namespace": "travel", "arguments": "{}"},
+        {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "calc", "tools": []},
+        {"type": "mcp_call", "id": "mcp_1", "server_label": "gateway", "name": "add", "arguments": '{"a":1}', "output": "2"},
+        {"type": "mcp_call", "id": "mcp_2", "server_label": "calc", "name": "multiply", "arguments": "{}", "error": {"type": "mcp_tool_execution_error", "content": []}},
+    ]
+    up = reg.upstream_input(items)
+    assert up[0] == {"role": "user", "content": "hi"}
+    assert up[1] == {"type": "function_call", "call_id": "c1", "name": "raw_echo", "arguments": '{"input":"say \\"x\\""}'}
+    assert up[2] == {"type": "function_call_output", "call_id": "c1", "output": "done"}
+    assert up[3]["name"] == "agentic_ns__travel__timezone" and "namespace" not in up[3]
+    assert [i["type"] for i in up[4:]] == ["function_call", "function_call_output"] * 2
+    assert (up[4]["name"], up[5]["output"]) == ("add", "2")
+    assert up[6]["name"] == "mcp__calc__multiply" and up[7]["output"].startswith("ERROR: ")
+    assert json.loads(up[1]["arguments"])["input"] == 'say "x"'
