@@ -47,7 +47,7 @@ _STATUS = {
 class Slot:
     """One output item: active while it streams, done once its done arrived."""
 
-    __slots__ = ("building", "done", "generated", "item", "spec")
+    __slots__ = ("building", "deltas", "done", "generated", "item", "spec")
 
     def __init__(
         self,
@@ -57,6 +57,7 @@ class Slot:
         generated: bool = False,
     ) -> None:
         self.spec = spec
+        self.deltas = spec.deltas
         self.building = building
         self.item = item
         self.done = item is not None
@@ -132,12 +133,16 @@ class Folder:
         The one implementation: the per-item methods call it with one frame.
         """
         slots = self.slots
+        retained = self._retained
+        limit = self._max_retained
         frame: Frame | None = None
         try:
             for frame in frames:
                 spec = frame.spec
                 if spec.action is not _MUTATE:
+                    self._retained = retained
                     self._apply_item_or_response(frame)
+                    retained = self._retained
                     continue
                 data = frame.data
                 slot = slots.get(data["output_index"])
@@ -145,10 +150,11 @@ class Folder:
                     continue
                 delta = data.get("delta")
                 if type(delta) is str:
-                    self._retained += len(delta)
-                    if self._retained > self._max_retained:
+                    retained += len(delta)
+                    if retained > limit:
+                        self._retained = retained
                         self._charge_bytes(0, frame)
-                fn = slot.spec.deltas.get(frame.type)
+                fn = slot.deltas.get(frame.type)
                 if fn is not None:
                     fn(slot.building, data)  # type: ignore[arg-type]
                 if not data.get("item_id") and spec.needs_item_id:
@@ -156,6 +162,7 @@ class Folder:
         except RespflowError as exc:
             exc.partial = frames[: frames.index(frame)] if frame is not None else []
             raise
+        self._retained = retained
         return frames
 
     def _apply_item_or_response(self, frame: Frame) -> None:

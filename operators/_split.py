@@ -131,28 +131,44 @@ class LineSplitter:
         return out
 
     def _fast(self, parts: list[bytes], out: list[SseLine]) -> None:
-        """The hot loop: no line can be over the limit; JSON ``data:`` lines take no detour."""
+        """The hot loop: no line can be over the limit; JSON ``data:`` lines take no detour.
+
+        The pending event lives in locals (its first data line, and a list only when it has
+        more than one); it goes back to ``self._data`` when the loop ends or leaves.
+        """
         data = self._data
+        first: bytes | None = data[0] if data else None
+        more: list[bytes] | None = data[1:] if len(data) > 1 else None
+        first_line = self._data_line
         line_no = self._line_no
         append = out.append
         new = _new_tuple
         for raw in parts:
             line_no += 1
             if not raw:
-                if data:
-                    joined = data[0] if len(data) == 1 else b"\n".join(data)
-                    append(new(SseLine, (joined, self._data_line)))
-                    data.clear()
+                if first is not None:
+                    append(new(SseLine, (first if more is None else b"\n".join([first, *more]), first_line)))
+                    first = more = None
             elif raw[0] == 100:  # ord("d"): maybe a data line
                 if raw.startswith(b"data: {"):  # a JSON object: neither blank nor [DONE]
-                    if not data:
-                        self._data_line = line_no
-                    data.append(raw[6:])
+                    if first is None:
+                        first, first_line = raw[6:], line_no
+                    elif more is None:
+                        more = [raw[6:]]
+                    else:
+                        more.append(raw[6:])
                 elif raw.startswith(b"data:"):
-                    self._line_no = line_no - 1
+                    self._data = [] if first is None else [first, *(more or ())]
+                    self._data_line, self._line_no = first_line, line_no - 1
                     self._line(raw, out)
                     if self._done:
                         return
+                    data = self._data
+                    first = data[0] if data else None
+                    more = data[1:] if len(data) > 1 else None
+                    first_line = self._data_line
+        self._data = [] if first is None else [first, *(more or ())]
+        self._data_line = first_line
         self._line_no = line_no
 
     def flush(self) -> list[SseLine]:
