@@ -96,7 +96,7 @@ def core(chunks: list[bytes]) -> int:
 
 
 def relay(chunks: list[bytes]) -> int:
-    """The core plus translate and the relay, writing client SSE to a null sink."""
+    """The core plus translate and the relay, collecting the client SSE bytes."""
     import asyncio
 
     from flows._drivers import live
