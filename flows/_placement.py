@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import threading
 import time
 import tracemalloc
@@ -171,7 +172,8 @@ def run_placement_bench(*, quick: bool = False) -> list[dict[str, Any]]:
         ("slow consumer (1 ms/send), out_max=64", {"streams": 1, "events": int(8000 * scale), "per_read": 64, "pace": 0.0, "consumer_delay": 0.001, "out_max": 64, "memory": True}),
     ]
     rows: list[dict[str, Any]] = []
-    for name, kw in scenarios:
+    for number, (name, kw) in enumerate(scenarios, 1):
+        print(f"  [{number}/{len(scenarios)}] {name}", file=sys.stderr, flush=True)
         for placement in ("inline", "worker"):
             results = [asyncio.run(_scenario(placement=placement, **kw)) for _ in range(repeats)]
             row: dict[str, Any] = {"scenario": name, "placement": placement}

@@ -306,3 +306,32 @@ def test_a_continuation_turn_with_a_custom_tool_output(stack: dict[str, str]) ->
     with c.responses.stream(model="m", input=follow, tools=tools) as s:  # type: ignore[arg-type]
         final = s.get_final_response()
     assert final.output_text == "The tool returned ECHOED."
+
+
+def test_customize_splices_into_every_rounds_graph_and_finishes_the_response() -> None:
+    from flows import Graph
+    from operators import Frame, Response, each
+
+    seen: list[str] = []
+
+    def tap(frame: Frame) -> Frame:
+        seen.append(frame.type)
+        return frame
+
+    def stamp(response: Response) -> Response:
+        body = response.to_dict()
+        body["metadata"] = {"checked": "yes"}
+        return Response.model_validate(body)
+
+    def customize(graph: Graph) -> Graph:
+        return graph.splice("tap", each(tap, name="tap"), after="translate").on_finish(stamp)
+
+    with (
+        serve(simulator_app(pace=0.0)) as sim,
+        serve(gateway_app(Gateway(sim, tools=TOOLS, customize=customize))) as gw,
+        client(gw).responses.stream(model="m", input="add_numbers 1 and 2") as s,
+    ):
+        final = s.get_final_response()
+    assert final.metadata == {"checked": "yes"}
+    assert seen.count("response.created") == 2  # the tap ran in both rounds' graphs
+    assert final.output_text == "The tool returned 3."
