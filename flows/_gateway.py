@@ -237,6 +237,8 @@ class Gateway:
                 request["tools"] = upstream_tools
             if rounds > 1:
                 request["tool_choice"] = "auto"
+            elif "tool_choice" in body:
+                request["tool_choice"] = registry.upstream_tool_choice(body["tool_choice"])
             offset = len(public)
             graph = Graph(validation=Validation.LENIENT, response_id=response_id, model=model, tools=registry, limits=self.limits)
             if self.customize is not None:
@@ -244,10 +246,9 @@ class Gateway:
             if relay is not None:
                 relay.start_round(offset)
             round_response = await self._round(graph, request, headers, relay)
-            usage = _sum_usage(usage, round_response.to_dict().get("usage"))
-            status = round_response.status
-            error = round_response.to_dict().get("error")
-            incomplete = round_response.to_dict().get("incomplete_details")
+            summary = round_response.to_dict()
+            usage = _sum_usage(usage, summary.get("usage"))
+            status, error, incomplete = summary["status"], summary.get("error"), summary.get("incomplete_details")
             items = graph.pipeline.folder.output_indexed()
             gateway_calls: list[tuple[int, dict[str, Any]]] = []
             round_public: dict[int, dict[str, Any]] = {}

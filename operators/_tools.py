@@ -193,6 +193,17 @@ class ToolRegistry:
         """The tools array to send upstream: every tool as a function."""
         return [dict(t) for t in self._upstream]
 
+    def upstream_tool_choice(self, choice: Any) -> Any:
+        """A request's ``tool_choice`` as upstream must see it: a custom tool or a namespace
+        member is chosen as the function it became; anything else is untouched."""
+        if not isinstance(choice, dict):
+            return choice
+        if choice.get("type") == "custom" and isinstance(choice.get("name"), str):
+            return {"type": "function", "name": choice["name"]}
+        if choice.get("type") == "function" and choice.get("namespace") and isinstance(choice.get("name"), str):
+            return {"type": "function", "name": flat_name(str(choice["namespace"]), choice["name"])}
+        return choice
+
     def upstream_input(self, items: list[Any]) -> list[Any]:
         """A request's input items as upstream must see them (the reverse of `restore_item`).
 

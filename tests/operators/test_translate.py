@@ -272,3 +272,11 @@ def test_continuation_input_items_go_upstream_as_functions() -> None:
     assert (up[4]["name"], up[5]["output"]) == ("add", "2")
     assert up[6]["name"] == "mcp__calc__multiply" and up[7]["output"].startswith("ERROR: ")
     assert json.loads(up[1]["arguments"])["input"] == 'say "x"'
+
+
+def test_tool_choice_goes_upstream_as_the_function_it_became() -> None:
+    reg = ToolRegistry(TOOLS)
+    assert reg.upstream_tool_choice({"type": "custom", "name": "raw_echo"}) == {"type": "function", "name": "raw_echo"}
+    assert reg.upstream_tool_choice({"type": "function", "name": "timezone", "namespace": "travel"}) == {"type": "function", "name": "agentic_ns__travel__timezone"}
+    assert reg.upstream_tool_choice("required") == "required"
+    assert reg.upstream_tool_choice({"type": "function", "name": "get_weather"}) == {"type": "function", "name": "get_weather"}
