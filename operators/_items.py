@@ -551,6 +551,11 @@ RAW_KIND = _passive("", "item_", keep_unfinished=True)
 KNOWN_KINDS = frozenset(KINDS)
 
 
-def kind_spec(kind: str) -> KindSpec:
+def known_kind(kind: object) -> bool:
+    """Is ``kind`` (any JSON value) an item type we know?"""
+    return type(kind) is str and kind in KNOWN_KINDS
+
+
+def kind_spec(kind: object) -> KindSpec:
     """The descriptor of ``kind``; the raw fallback for kinds we do not know."""
-    return KINDS.get(kind, RAW_KIND)
+    return KINDS.get(kind, RAW_KIND) if type(kind) is str else RAW_KIND

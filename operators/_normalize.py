@@ -51,6 +51,7 @@ class Normalizer:
         append = out.append
         loads = orjson.loads
         catalogue = CATALOGUE
+        completed = catalogue["response.completed"]
         for payload, line_no in lines:
             try:
                 data: Any = loads(payload)
@@ -61,40 +62,45 @@ class Normalizer:
                 append(Frame("", {}, OTHER, line_no, "json"))
                 continue
             kind = data.get("type")
-            spec = catalogue.get(kind)  # type: ignore[arg-type]
+            spec = catalogue.get(kind) if type(kind) is str else None
             if spec is None:
-                append(_unlisted(kind, data, line_no))
-                continue
-            if kind == "response.completed":
+                spec = _renamed(data) if type(kind) is str else None
+                if spec is None:
+                    append(_unlisted(data, line_no))
+                    continue
+            if spec is completed:
                 spec = _completed(data)
-            if "output_index" in data:
-                index = data["output_index"]
-                if type(index) is not int or index < 0 or index > _U32_MAX:
-                    error = ProtocolError(
-                        "upstream stream has an invalid 'output_index': expected an unsigned "
-                        "32-bit integer",
-                        code="invalid_output_index",
-                        stage="normalize",
-                        line=line_no,
-                    )
-                    error.partial = out
-                    raise error
+            index = data.get("output_index", 0)  # absent is fine; null is not
+            if type(index) is not int or not 0 <= index <= _U32_MAX:
+                error = ProtocolError(
+                    "upstream stream has an invalid 'output_index': expected an unsigned 32-bit integer",
+                    code="invalid_output_index",
+                    stage="normalize",
+                    line=line_no,
+                )
+                error.partial = out
+                raise error
             append(Frame(spec.type, data, spec, line_no))
         return out
 
 
-def _unlisted(kind: Any, data: dict[str, Any], line_no: int) -> Frame:
-    """A type the catalogue does not list: a vLLM name, an untyped or a foreign event."""
+def _renamed(data: dict[str, Any]) -> EventSpec | None:
+    """A vLLM name for an OpenAI event: renamed in place; None for any other unlisted type."""
+    renamed = RENAMES.get(data["type"])
+    if renamed is None:
+        return None
+    data["type"] = renamed
+    return CATALOGUE[renamed]
+
+
+def _unlisted(data: dict[str, Any], line_no: int) -> Frame:
+    """An untyped event, or one of a type we do not know: passed on as OTHER."""
+    kind = data.get("type")
     if kind is None:
         return Frame("", data, OTHER, line_no)
     if type(kind) is not str:
         return Frame("", data, OTHER, line_no, "json")
-    renamed = RENAMES.get(kind)
-    if renamed is None:
-        return Frame(kind, data, OTHER, line_no)
-    data["type"] = renamed
-    spec = _completed(data) if renamed == "response.completed" else CATALOGUE[renamed]
-    return Frame(spec.type, data, spec, line_no)
+    return Frame(kind, data, OTHER, line_no)
 
 
 def _completed(data: dict[str, Any]) -> EventSpec:

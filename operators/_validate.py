@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from operators._errors import ProtocolError
 from operators._frames import Action, Frame, Validation
-from operators._items import KINDS, KNOWN_KINDS, OUTPUT_ITEM
+from operators._items import KINDS, OUTPUT_ITEM, known_kind
 
 # enum members bound once: `Action.X` is a slow lookup on the per-token path
 _A_COMPLETE = Action.COMPLETE
@@ -215,7 +215,7 @@ class Validator:
             if not _nonempty(_item_id(item)):
                 raise _missing(frame.type, "item.id", code="identity_required")
             kind = item.get("type")
-            if kind not in KNOWN_KINDS:
+            if not known_kind(kind):
                 raise ProtocolError(
                     f"upstream stream has an unsupported output item type {str(kind)[:40]!r}",
                     code="unknown_item_type",
@@ -298,7 +298,7 @@ class Validator:
                 if type(item) is not dict:
                     raise _terminal_mismatch()
                 item_id = _item_id(item)
-                if not _nonempty(item_id) or item.get("type") not in KNOWN_KINDS:
+                if not _nonempty(item_id) or not known_kind(item.get("type")):
                     raise _terminal_mismatch()
                 if item_id in seen:
                     raise ProtocolError(
@@ -510,7 +510,7 @@ def _check_item(item: dict[str, Any], what: str) -> None:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "item"
         raise ProtocolError(f"{what}: {where}: {first['msg']}", code="invalid_item") from None
-    spec = KINDS.get(item.get("type", ""))
+    spec = KINDS.get(item["type"]) if known_kind(item.get("type")) else None
     if spec is not None and spec.call_like and not _nonempty(item.get("call_id")):
         raise ProtocolError(f"{what}: a tool call needs a non-empty 'call_id'", code="invalid_item")
 

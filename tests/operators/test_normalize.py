@@ -47,7 +47,19 @@ def test_error_event_is_other_not_terminal() -> None:
 
 
 def test_malformed_payloads_are_flagged_not_raised() -> None:
-    for bad in ("{", "null", "[]", "3", '{"type":3}'):
-        assert norm(bad).malformed
+    for bad in ("{", "null", "[]", "3", '{"type":3}', '{"type":[1]}', '{"type":{"a":1}}', '{"type":null}'):
+        assert norm(bad).malformed or (bad == '{"type":null}' and norm(bad).type == "")
     assert norm("{").malformed == "json"
     assert Normalizer().normalize(SseLine(b'{"type":"\xff"}', 1)).malformed == "utf8"
+
+
+def test_renamed_vllm_events_get_the_same_checks() -> None:
+    import pytest
+
+    from operators import ProtocolError
+
+    with pytest.raises(ProtocolError) as info:
+        norm('{"type":"response.reasoning_part.added","output_index":-1,"item_id":"r","content_index":0,"part":{}}')
+    assert info.value.code == "invalid_output_index"
+    f = norm('{"type":"response.done","response":{"id":"r","status":"incomplete"}}')
+    assert f.type == f.data["type"] == "response.incomplete"

@@ -316,3 +316,12 @@ def test_lenient_counts_what_it_skipped_and_ignored() -> None:
         pipeline.push(line)
     assert pipeline.validator.skipped == 1
     assert pipeline.validator.ignored == 1
+
+
+@pytest.mark.parametrize("kind", [[1], {"a": 1}, 3, None])
+def test_an_item_type_that_is_not_a_string_is_a_typed_error_or_skipped(kind: Any) -> None:
+    item = {"type": kind, "id": "x_1"}
+    assert strict_error(created(), in_progress(), added(item)).code in ("unknown_item_type", "missing_field")
+    frames, response = run(created(), in_progress(), added(item), done(item), completed(), validation=LENIENT)
+    assert response.status == "completed"
+    assert [f["type"] for f in frames] == ["response.created", "response.in_progress", "response.completed"]

@@ -110,3 +110,49 @@ def test_malformed_input_gives_a_typed_error_or_a_response(garbage: list[bytes])
             assert exc.code and exc.describe().startswith("error[")
         else:
             assert response.status in ("completed", "failed", "incomplete")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 2**33) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_KEYS = st.sampled_from(["type", "output_index", "item_id", "item", "delta", "text", "arguments", "response", "content_index", "part", "call_id", "name", "id", "status", "output"])
+_TYPES = st.sampled_from([
+    "response.created", "response.in_progress", "response.completed", "response.failed", "response.done",
+    "response.output_item.added", "response.output_item.done", "response.output_text.delta",
+    "response.function_call_arguments.delta", "response.function_call_arguments.done",
+    "response.reasoning_part.added", "response.content_part.done", "error", "x",
+])
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> dict[str, Any]:
+    event = draw(st.dictionaries(_KEYS, _JSON, max_size=6))
+    if draw(st.booleans()):
+        event["type"] = draw(_TYPES)
+    if draw(st.booleans()):
+        event["item"] = draw(st.dictionaries(_KEYS, _JSON | _TYPES, max_size=6))
+    return event
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(_events(), max_size=12))
+def test_any_json_events_give_a_typed_error_or_a_response(events: list[dict[str, Any]]) -> None:
+    import asyncio
+
+    from flows import live
+    from operators import RespflowError, ToolRegistry
+    from sinks import CollectSink
+
+    body = sse(*events)
+    tools = ToolRegistry([{"type": "custom", "name": "x"}, {"type": "web_search"}])
+    for policy in (Validation.STRICT, Validation.LENIENT):
+        try:
+            decode(body, validation=policy, tools=tools)
+        except RespflowError as exc:
+            assert exc.code
+    try:
+        asyncio.run(live([body], CollectSink(), placement="inline", tools=tools))
+    except RespflowError as exc:
+        assert exc.code
