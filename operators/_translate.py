@@ -155,6 +155,8 @@ def _escape_size(raw: str, at: int) -> int:
         if not 0xDC00 <= low < 0xE000:
             return _bad_unicode()
         return 12
+    if 0xDC00 <= code < 0xE000:  # a low surrogate with no high half before it
+        return _bad_unicode()
     return 6
 
 

@@ -280,3 +280,22 @@ def test_tool_choice_goes_upstream_as_the_function_it_became() -> None:
     assert reg.upstream_tool_choice({"type": "function", "name": "timezone", "namespace": "travel"}) == {"type": "function", "name": "agentic_ns__travel__timezone"}
     assert reg.upstream_tool_choice("required") == "required"
     assert reg.upstream_tool_choice({"type": "function", "name": "get_weather"}) == {"type": "function", "name": "get_weather"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.text(alphabet=st.sampled_from(list('{}"\\: input\\uD83dDE00abcq1')), max_size=40), cuts=st.lists(st.integers(0, 50), max_size=5))
+def test_the_decoder_gives_utf8_text_or_a_typed_error_on_any_input(raw: str, cuts: list[int]) -> None:
+    decoder = InputDecoder()
+    points = sorted({c % (len(raw) + 1) for c in cuts})
+    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
+    try:
+        text = "".join(decoder.feed(p) for p in pieces)
+    except TranslateError as exc:
+        assert exc.code == "invalid_custom_input"
+    else:
+        text.encode("utf-8")  # no lone surrogate ever comes out
+
+
+def test_a_lone_low_surrogate_is_refused() -> None:
+    with pytest.raises(TranslateError):
+        InputDecoder().feed('{"input":"a\\udc00b"}')
