@@ -194,13 +194,16 @@ class Gateway:
                 return await self._rounds(body, headers, model, response_id, input_items, registry, executors, mcp_servers, relay, base)
             except RelayError:
                 raise
-            except RespflowError as exc:
+            except Exception as exc:
+                # a bug (not a RespflowError) still ends the stream with an error event
                 if relay is not None and relay.sequence > 0 and not relay.finished:
                     with contextlib.suppress(RespflowError, OSError):
-                        if exc.partial:
-                            await relay.emit_upstream(Translation(exc.partial, None))
+                        partial = exc.partial if isinstance(exc, RespflowError) else []
+                        if partial:
+                            await relay.emit_upstream(Translation(partial, None))
                         status = getattr(exc, "status", None)
-                        await relay.fail(exc, status=status if isinstance(status, int) else 502)
+                        default = 502 if isinstance(exc, RespflowError) else 500
+                        await relay.fail(exc, status=status if isinstance(status, int) else default)
                 raise
 
     async def _rounds(
@@ -425,6 +428,13 @@ class _StreamedResponse:
                 if not sink.started:
                     await _error_response(exc)(scope, receive, send)
                     return
+            except Exception as exc:
+                outcome = f"internal error: {type(exc).__name__}"
+                log.exception("the gateway failed on a streamed request")
+                if not sink.started:
+                    body = error_body("the gateway failed; see its log", kind="server_error", code="internal_error")
+                    await JSONResponse(body, status_code=500)(scope, receive, send)
+                    return
             await sink.aclose()
         finally:
             watch.cancel()
@@ -482,6 +492,9 @@ def gateway_app(gateway: Gateway, *, max_body_bytes: int = 4 << 20) -> Starlette
         except RespflowError as exc:
             log.info("POST /v1/responses stream=false outcome=error:%s %.3fs", exc.code, time.monotonic() - started)
             return _error_response(exc)
+        except Exception:
+            log.exception("the gateway failed on a request")
+            return JSONResponse(error_body("the gateway failed; see its log", kind="server_error", code="internal_error"), status_code=500)
         log.info(
             "POST /v1/responses stream=false id=%s rounds=%d items=%d outcome=%s %.3fs",
             response.id,

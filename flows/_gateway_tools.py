@@ -63,12 +63,17 @@ class Executor:
         self.run = run
 
 
+def _text(value: str) -> str:
+    """``value`` as text that can go on the wire (a lone surrogate becomes "?")."""
+    return value.encode("utf-8", "replace").decode("utf-8", "replace")
+
+
 def gateway_tool_executor(tool: GatewayTool) -> Executor:
     async def run(arguments: dict[str, Any]) -> Outcome:
         result = tool.fn(arguments)
         if inspect.isawaitable(result):
             result = await result
-        return Outcome(result if isinstance(result, str) else orjson.dumps(result).decode())
+        return Outcome(_text(result) if isinstance(result, str) else orjson.dumps(result).decode())
 
     return Executor(server_label=tool.server_label, public_name=tool.name, run=run)
 
@@ -236,6 +241,6 @@ async def run_calls(
             except TimeoutError:
                 return Outcome(None, f"tool {name!r} timed out after {timeout:g} s")
             except Exception as exc:
-                return Outcome(None, f"tool {name!r} failed: {type(exc).__name__}: {str(exc)[:300]}")
+                return Outcome(None, _text(f"tool {name!r} failed: {type(exc).__name__}: {str(exc)[:300]}"))
 
     return list(await asyncio.gather(*(one(e, n, a) for e, n, a in calls)))

@@ -335,3 +335,19 @@ def test_customize_splices_into_every_rounds_graph_and_finishes_the_response() -
     assert final.metadata == {"checked": "yes"}
     assert seen.count("response.created") == 2  # the tap ran in both rounds' graphs
     assert final.output_text == "The tool returned 3."
+
+
+def test_a_tool_returning_odd_values_still_gives_a_clean_stream() -> None:
+    tools = [
+        GatewayTool("surrogate", lambda args: "bad \udc00 text", "Returns a lone surrogate.", {"type": "object", "properties": {}}),
+        GatewayTool("unserializable", lambda args: {1, 2}, "Returns a set.", {"type": "object", "properties": {}}),
+    ]
+    with serve(simulator_app(pace=0.0)) as sim, serve(gateway_app(Gateway(sim, tools=tools))) as gw:
+        c = client(gw)
+        with c.responses.stream(model="m", input="surrogate please") as s:
+            final = s.get_final_response()
+        assert final.output[0].model_dump()["output"] == "bad ? text"
+        with c.responses.stream(model="m", input="unserializable please") as s:
+            final = s.get_final_response()
+        call = final.output[0].model_dump()
+        assert call["status"] == "failed" and "TypeError" in call["error"]["content"][0]["text"]
