@@ -103,18 +103,21 @@ async def live(
         return response
     except RelayError:
         raise  # the client side failed: nothing more can be sent to it
-    except RespflowError as exc:
+    except Exception as exc:  # a RespflowError, or a bug: either way the client gets an error event
         await _fail(relay, exc)
         raise
 
 
-async def _fail(relay: Relay, exc: RespflowError) -> None:
+async def _fail(relay: Relay, exc: Exception) -> None:
+    if relay.finished:
+        return
     try:
-        if exc.partial:
+        if isinstance(exc, RespflowError) and exc.partial:
             await relay.emit_upstream(Translation(exc.partial, None))
         status = getattr(exc, "status", None)
-        await relay.fail(exc, status=status if isinstance(status, int) else 502)
-    except RespflowError:
+        default = 502 if isinstance(exc, RespflowError) else 500
+        await relay.fail(exc, status=status if isinstance(status, int) else default)
+    except (RespflowError, OSError):
         pass  # the original error is what the caller must see
 
 
