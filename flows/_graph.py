@@ -182,6 +182,5 @@ class GraphRun:
                 error = self._error = wrapped
             assert isinstance(error, RespflowError)
             error.partial = out
-            self._out = []
             raise error
         return Translation(out, self.graph.pipeline.translator.defer_from)
