@@ -56,18 +56,12 @@ async def open_stream(
     try:
         response = await client.send(request, stream=True)
     except httpx.ConnectTimeout:
-        raise UpstreamError(
-            f"could not connect to the upstream at {_origin(url)} in time",
-            code="upstream_connect_timeout",
-            status=504,
-            stage="transport",
+        raise _upstream_error(
+            f"could not connect to the upstream at {_origin(url)} in time", "upstream_connect_timeout", 504
         ) from None
     except (httpx.ConnectError, httpx.NetworkError, httpx.UnsupportedProtocol) as exc:
-        raise UpstreamError(
-            f"could not reach the upstream at {_origin(url)}: {type(exc).__name__}",
-            code="upstream_unreachable",
-            status=502,
-            stage="transport",
+        raise _upstream_error(
+            f"could not reach the upstream at {_origin(url)}: {type(exc).__name__}", "upstream_unreachable"
         ) from None
     if response.status_code >= 300:
         excerpt = await _read_bounded(response)
@@ -113,43 +107,38 @@ async def body_bytes(response: httpx.Response) -> AsyncGenerator[bytes, None]:
     ``stream``) is read whole (bounded) and turned into the equivalent SSE stream, so nothing
     it said is lost.
     """
-    if response.headers.get("content-type", "").startswith("application/json"):
-        try:
-            data = bytearray()
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > JSON_BODY_BYTES:
-                    raise UpstreamError(
-                        f"the upstream's JSON body is over {JSON_BODY_BYTES} bytes",
-                        code="upstream_status",
-                        status=502,
-                        stage="transport",
-                    )
-            try:
-                parsed = orjson.loads(bytes(data))
-            except orjson.JSONDecodeError:
-                raise UpstreamError(
-                    "the upstream answered with JSON that does not parse", code="upstream_status", status=502, stage="transport"
-                ) from None
-            if not isinstance(parsed, dict):
-                raise UpstreamError("the upstream's JSON body is not a Response object", code="upstream_status", status=502, stage="transport")
-            yield json_as_sse(parsed)
-            return
-        finally:
-            await response.aclose()
     try:
+        if response.headers.get("content-type", "").startswith("application/json"):
+            yield json_as_sse(await _json_body(response))
+            return
         async for chunk in response.aiter_bytes():
             if chunk:
                 yield chunk
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError) as exc:
-        raise UpstreamError(
-            f"the upstream connection was cut mid-stream ({type(exc).__name__})",
-            code="upstream_disconnected",
-            status=502,
-            stage="transport",
+        raise _upstream_error(
+            f"the upstream connection was cut mid-stream ({type(exc).__name__})", "upstream_disconnected"
         ) from None
     finally:
         await response.aclose()
+
+
+async def _json_body(response: httpx.Response) -> dict[str, Any]:
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > JSON_BODY_BYTES:
+            raise _upstream_error(f"the upstream's JSON body is over {JSON_BODY_BYTES} bytes", "upstream_status")
+    try:
+        parsed = orjson.loads(bytes(data))
+    except orjson.JSONDecodeError:
+        raise _upstream_error("the upstream answered with JSON that does not parse", "upstream_status") from None
+    if not isinstance(parsed, dict):
+        raise _upstream_error("the upstream's JSON body is not a Response object", "upstream_status")
+    return parsed
+
+
+def _upstream_error(message: str, code: str, status: int = 502) -> UpstreamError:
+    return UpstreamError(message, code=code, status=status, stage="transport")
 
 
 async def _read_bounded(response: httpx.Response) -> str:
