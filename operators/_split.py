@@ -31,30 +31,10 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DONE = b"[DONE]"
 
 
-class SseLine(tuple[bytes, int]):
-    """``(data, line)``: the data of one SSE event — raw UTF-8 bytes, decoded once by the JSON
-    parser — and the line it started on. A tuple because one is made per token."""
-
-    __slots__ = ()
-
-    def __new__(cls, data: bytes, line: int) -> SseLine:
-        return tuple.__new__(cls, (data, line))
-
-    @property
-    def data(self) -> bytes:
-        """The event's data field (data lines joined with LF)."""
-        return self[0]
-
-    @property
-    def line(self) -> int:
-        """The 1-based line number of the event's first data line."""
-        return self[1]
-
-    def __repr__(self) -> str:
-        return f"SseLine(line={self[1]}, {len(self[0])} bytes)"
-
-
-_new_tuple = tuple.__new__
+SseLine = tuple[bytes, int]
+"""``(data, line)``: the data of one SSE event — raw UTF-8 bytes, decoded once by the JSON
+parser — and the 1-based line its first ``data:`` line was on. A plain tuple: one is made per
+token, and a tuple subclass costs twice as much to build."""
 
 
 class LineSplitter:
@@ -140,14 +120,12 @@ class LineSplitter:
         first: bytes | None = data[0] if data else None
         more: list[bytes] | None = data[1:] if len(data) > 1 else None
         first_line = self._data_line
-        line_no = self._line_no
+        start = self._line_no
         append = out.append
-        new = _new_tuple
-        for raw in parts:
-            line_no += 1
+        for line_no, raw in enumerate(parts, start + 1):
             if not raw:
                 if first is not None:
-                    append(new(SseLine, (first if more is None else b"\n".join([first, *more]), first_line)))
+                    append((first if more is None else b"\n".join([first, *more]), first_line))
                     first = more = None
             elif raw[0] == 100:  # ord("d"): maybe a data line
                 if raw.startswith(b"data: {"):  # a JSON object: neither blank nor [DONE]
@@ -169,7 +147,7 @@ class LineSplitter:
                     first_line = self._data_line
         self._data = [] if first is None else [first, *(more or ())]
         self._data_line = first_line
-        self._line_no = line_no
+        self._line_no = start + len(parts)
 
     def flush(self) -> list[SseLine]:
         """End of input: dispatch the unterminated last line and any pending event."""
@@ -222,5 +200,5 @@ class LineSplitter:
         data = self._data
         if not data:
             return
-        out.append(SseLine(data[0] if len(data) == 1 else b"\n".join(data), self._data_line))
+        out.append((data[0] if len(data) == 1 else b"\n".join(data), self._data_line))
         data.clear()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from operators import Action, Normalizer, SseLine
+from operators import Action, Normalizer
 
 
 def norm(data: str):  # type: ignore[no-untyped-def]
-    return Normalizer().normalize(SseLine(data.encode(), 7))
+    return Normalizer().normalize((data.encode(), 7))
 
 
 def test_known_event_gets_its_spec() -> None:
@@ -50,7 +50,7 @@ def test_malformed_payloads_are_flagged_not_raised() -> None:
     for bad in ("{", "null", "[]", "3", '{"type":3}', '{"type":[1]}', '{"type":{"a":1}}', '{"type":null}'):
         assert norm(bad).malformed or (bad == '{"type":null}' and norm(bad).type == "")
     assert norm("{").malformed == "json"
-    assert Normalizer().normalize(SseLine(b'{"type":"\xff"}', 1)).malformed == "utf8"
+    assert Normalizer().normalize((b'{"type":"\xff"}', 1)).malformed == "utf8"
 
 
 def test_renamed_vllm_events_get_the_same_checks() -> None:

@@ -18,13 +18,13 @@ def split_all(*chunks: bytes, max_line_bytes: int = 1 << 20) -> tuple[list[SseLi
 
 
 def datas(out: list[SseLine]) -> list[str]:
-    return [line.data.decode() for line in out]
+    return [line[0].decode() for line in out]
 
 
 def test_data_with_and_without_space() -> None:
     out, _ = split_all(b"data:{\"a\":1}\n\ndata: {\"b\":2}\n\n")
     assert datas(out) == ['{"a":1}', '{"b":2}']
-    assert [line.line for line in out] == [1, 3]
+    assert [line[1] for line in out] == [1, 3]
 
 
 def test_only_one_space_is_stripped_and_inner_whitespace_kept() -> None:
@@ -42,7 +42,7 @@ def test_every_line_ending(ending: bytes) -> None:
 def test_cr_and_lf_in_different_chunks_are_one_line_end() -> None:
     out, _ = split_all(b"data: one\r", b"\n\r", b"\ndata: two\r\n\r\n")
     assert datas(out) == ["one", "two"]
-    assert [line.line for line in out] == [1, 3]
+    assert [line[1] for line in out] == [1, 3]
 
 
 def test_multiline_data_is_joined_with_newline() -> None:
@@ -84,8 +84,8 @@ def test_multibyte_character_split_across_chunks() -> None:
 
 def test_invalid_utf8_is_passed_on_as_bytes_for_the_policy_to_judge() -> None:
     out, _ = split_all(b"data: ok\n\ndata: \xff\xfe\n\ndata: fine\n\n")
-    assert [line.data for line in out] == [b"ok", b"\xff\xfe", b"fine"]
-    assert out[1].line == 3
+    assert [line[0] for line in out] == [b"ok", b"\xff\xfe", b"fine"]
+    assert out[1][1] == 3
 
 
 def test_line_over_the_limit_is_an_error_after_earlier_lines() -> None:
