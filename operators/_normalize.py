@@ -52,6 +52,9 @@ class Normalizer:
         loads = orjson.loads
         catalogue = CATALOGUE
         completed = catalogue["response.completed"]
+        new = object.__new__
+        frame_type = Frame
+        umax = _U32_MAX
         for payload, line_no in lines:
             try:
                 data: Any = loads(payload)
@@ -61,17 +64,20 @@ class Normalizer:
             if type(data) is not dict:
                 append(Frame("", {}, OTHER, line_no, "json"))
                 continue
-            kind = data.get("type")
-            spec = catalogue.get(kind) if type(kind) is str else None
+            kind: Any = data.get("type")
+            try:
+                spec = catalogue.get(kind)
+            except TypeError:  # an unhashable "type"
+                spec = None
             if spec is None:
                 spec = _renamed(data) if type(kind) is str else None
                 if spec is None:
                     append(_unlisted(data, line_no))
                     continue
-            if spec is completed:
+            if spec is completed:  # also a renamed response.done
                 spec = _completed(data)
             index = data.get("output_index", 0)  # absent is fine; null is not
-            if type(index) is not int or not 0 <= index <= _U32_MAX:
+            if type(index) is not int or index < 0 or index > umax:
                 error = ProtocolError(
                     "upstream stream has an invalid 'output_index': expected an unsigned 32-bit integer",
                     code="invalid_output_index",
@@ -80,7 +86,15 @@ class Normalizer:
                 )
                 error.partial = out
                 raise error
-            append(Frame(spec.type, data, spec, line_no))
+            # Frame(spec.type, data, spec, line_no) without the Python-level __init__ call,
+            # which costs ~100 ns per token, a quarter of this loop
+            frame = new(frame_type)
+            frame.type = spec.type
+            frame.data = data
+            frame.spec = spec
+            frame.line = line_no
+            frame.malformed = None
+            append(frame)
         return out
 
 
