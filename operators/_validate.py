@@ -58,6 +58,12 @@ class _Slot:
         self.call_id = ""
 
 
+def _kept(frames: list[Frame], dropped: set[int] | None) -> list[Frame]:
+    if not dropped:
+        return frames
+    return [frame for frame in frames if id(frame) not in dropped]
+
+
 class Validator:
     """Check each frame against the protocol rules; resolve its output_index."""
 
@@ -94,16 +100,16 @@ class Validator:
 
         The one implementation: the per-item methods call it with one frame.
         """
-        out: list[Frame] = []
-        append = out.append
+        dropped: set[int] | None = None  # ids of ignored frames; usually there are none
         slots = self._slots
         strict = self._strict
         fast_phases = self._fast_phases
+        fast = self._phase in fast_phases
         frame: Frame | None = None
         try:
             for frame in frames:
                 spec = frame.spec
-                if spec.action is _A_MUTATE and self._phase in fast_phases:
+                if fast and spec.action is _A_MUTATE:
                     # hot path: a delta for a bound, active item at its own index
                     data = frame.data
                     slot = slots.get(data.get("output_index"))  # type: ignore[arg-type]
@@ -112,14 +118,17 @@ class Validator:
                         if item_id and item_id == slot.item_id and "call_id" not in data:
                             if strict:
                                 self._check_frame(frame)
-                            append(frame)
                             continue
-                if self._accept(frame):
-                    append(frame)
+                if not self._accept(frame):
+                    if dropped is None:
+                        dropped = set()
+                    dropped.add(id(frame))
+                fast = self._phase in fast_phases
         except ProtocolError as exc:
-            exc.partial = out
+            before = frames[: frames.index(frame)] if frame is not None else []
+            exc.partial = _kept(before, dropped)
             raise exc.at(line=frame.line if frame is not None else None, stage="validate") from None
-        return out
+        return frames if dropped is None else _kept(frames, dropped)
 
     def flush(self) -> list[Frame]:
         """End of input: strict requires that a terminal event was seen."""
