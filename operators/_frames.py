@@ -52,6 +52,12 @@ class EventSpec:
     needs_item_id: bool = True
     status: str | None = None  # the response.status a lifecycle event must carry
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The sub-event fields strict requires to be present (their types are checked too)."""
+        fields = (self.index_field, self.payload, "part" if self.needs_part else None)
+        return tuple(field for field in fields if field is not None)
+
 
 class Frame:
     """One normalized upstream event."""

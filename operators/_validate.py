@@ -14,7 +14,9 @@ reject over ignore (``reference/upstream-behaviour.md`` §3):
   EOF without a terminal is an error;
 * both: index/id/kind identity of every item event, a reused index, a conflicting repeated
   done, an ambiguous missing index;
-* lenient: a missing index is recovered from the bound id, or the lowest free index for an
+* lenient: a sub-event whose index, payload or part is present with the wrong type (a
+  ``delta`` of 5, a ``content_index`` of "x") is ignored; a missing index is recovered from
+  the bound id, or the lowest free index for an
   added or done-only item; orphan, late and wrong-kind deltas are ignored; an identical
   repeated done is ignored; malformed payloads are counted and skipped; events after the
   terminal are ignored.
@@ -30,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from operators._errors import ProtocolError
-from operators._frames import Action, Frame, Validation
+from operators._frames import Action, EventSpec, Frame, Validation
 from operators._items import KINDS, OUTPUT_ITEM, known_kind
 
 # enum members bound once: `Action.X` is a slow lookup on the per-token path
@@ -118,7 +120,9 @@ class Validator:
                         if item_id and item_id == slot.item_id and "call_id" not in data:
                             if strict:
                                 self._check_frame(frame)
-                            continue
+                                continue
+                            if _ill_typed(data, spec) is None:
+                                continue
                 if not self._accept(frame):
                     if dropped is None:
                         dropped = set()
@@ -170,6 +174,9 @@ class Validator:
         if self._strict:
             self._check_frame(frame)
             self._check_lifecycle(frame)
+        elif action is _A_MUTATE and _ill_typed(frame.data, frame.spec) is not None:
+            self.ignored += 1  # a field the fold cannot take: a delta of 5, a part of "x"
+            return False
         if action is _A_OPEN or action is _A_COMPLETE or action is _A_MUTATE:
             return self._resolve(frame, action)
         if action is _A_CREATED:
@@ -234,12 +241,12 @@ class Validator:
             return
         if spec.needs_item_id and not _nonempty(data.get("item_id")):
             raise _missing(frame.type, "item_id")
-        if spec.index_field is not None and type(data.get(spec.index_field)) is not int:
-            raise _missing(frame.type, spec.index_field)
-        if spec.payload is not None and type(data.get(spec.payload)) is not str:
-            raise _missing(frame.type, spec.payload)
-        if spec.needs_part and type(data.get("part")) is not dict:
-            raise _missing(frame.type, "part")
+        for field in spec.required:
+            if field not in data:
+                raise _missing(frame.type, field)
+        wrong = _ill_typed(data, spec)
+        if wrong is not None:
+            raise _missing(frame.type, wrong)
 
     # -- strict: lifecycle --------------------------------------------------------------------
 
@@ -482,6 +489,29 @@ def _item_id(item: dict[str, Any]) -> Any:
 
 def _nonempty(value: Any) -> bool:
     return type(value) is str and value != ""
+
+
+def _ill_typed(data: dict[str, Any], spec: EventSpec) -> str | None:
+    """The sub-event field that is present with a type nothing downstream can take, or None.
+
+    Index fields (content_index, summary_index, command_index) must be unsigned 32-bit
+    integers, the payload (delta, text, arguments…) a string, ``part`` an object. Strict
+    rejects such an event (and one missing them); lenient ignores it.
+    """
+    field = spec.index_field
+    if field is not None:
+        value = data.get(field, 0)
+        if type(value) is not int or value < 0 or value > _U32_MAX:
+            return field
+    field = spec.payload
+    if field is not None and type(data.get(field, "")) is not str:
+        return field
+    if spec.needs_part and type(data.get("part", _EMPTY)) is not dict:
+        return "part"
+    return None
+
+
+_EMPTY: dict[str, Any] = {}
 
 
 def _missing(owner: str, field: str, code: str = "missing_field") -> ProtocolError:

@@ -325,3 +325,35 @@ def test_an_item_type_that_is_not_a_string_is_a_typed_error_or_skipped(kind: Any
     frames, response = run(created(), in_progress(), added(item), done(item), completed(), validation=LENIENT)
     assert response.status == "completed"
     assert [f["type"] for f in frames] == ["response.created", "response.in_progress", "response.completed"]
+
+
+ILL_TYPED: list[tuple[str, dict[str, Any]]] = [
+    ("delta", {"delta": 5}),
+    ("delta", {"delta": None}),
+    ("content_index", {"content_index": "0"}),
+    ("content_index", {"content_index": -1}),
+    ("content_index", {"content_index": True}),
+    ("content_index", {"content_index": 1 << 32}),
+]
+
+
+@pytest.mark.parametrize(("field", "change"), ILL_TYPED, ids=[f"{f}={c[f]!r}" for f, c in ILL_TYPED])
+def test_a_sub_event_field_of_the_wrong_type_is_refused_strictly_and_ignored_leniently(field: str, change: dict[str, Any]) -> None:
+    bad = {**text_delta("x"), **change}
+    stream = text_stream(["Hello", " world"])
+    stream.insert(5, bad)  # after the first delta: the slot is bound and active
+    error = strict_error(*stream)
+    assert (error.code, field in str(error)) == ("missing_field", True)
+    frames, response = run(*stream, validation=LENIENT)
+    assert [f.get("delta") for f in frames if f["type"].endswith(".delta")] == ["Hello", " world"]
+    assert response.to_dict()["output"][0]["content"][0]["text"] == "Hello world"
+
+
+def test_done_text_and_parts_of_the_wrong_type_are_ignored_leniently() -> None:
+    stream = text_stream(["Hi"])
+    wrong_text = {"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0, "content_index": 0, "text": 7}
+    wrong_part = {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 1, "part": "p"}
+    assert strict_error(*stream[:5], wrong_text).code == "missing_field"
+    frames, response = run(*stream[:5], wrong_text, wrong_part, *stream[5:], validation=LENIENT)
+    assert wrong_text not in frames and wrong_part not in frames
+    assert response.to_dict()["output"][0]["content"] == [{"type": "output_text", "text": "Hi", "annotations": []}]
