@@ -148,15 +148,12 @@ class Folder:
                 slot = slots.get(data["output_index"])
                 if slot is None or slot.done:
                     continue
-                delta = data.get("delta")
-                if type(delta) is str:
-                    retained += len(delta)
+                fn = slot.deltas.get(spec.type)
+                if fn is not None:
+                    retained += fn(slot.building, data)  # type: ignore[arg-type]
                     if retained > limit:
                         self._retained = retained
                         self._charge_bytes(0, frame)
-                fn = slot.deltas.get(frame.type)
-                if fn is not None:
-                    fn(slot.building, data)  # type: ignore[arg-type]
                 if not data.get("item_id") and spec.needs_item_id:
                     data["item_id"] = slot.current().get("id", "")  # frames name the public id
         except RespflowError as exc:

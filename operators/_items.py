@@ -135,7 +135,8 @@ def new_id(prefix: str) -> str:
 # ---- per-kind behaviour ---------------------------------------------------------------------
 
 
-DeltaFn = Callable[["Building", dict[str, Any]], None]
+DeltaFn = Callable[["Building", dict[str, Any]], int]
+"""Folds one sub-event into the building item; returns the characters it newly retained."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +155,10 @@ class KindSpec:
     finalize: Callable[[Building], dict[str, Any] | None]
     call_like: bool = False  # carries a call_id that must stay stable
 
-    def apply_delta(self, building: Building, type: str, data: dict[str, Any]) -> None:
-        """Fold one sub-event of this kind into ``building``."""
+    def apply_delta(self, building: Building, type: str, data: dict[str, Any]) -> int:
+        """Fold one sub-event of this kind into ``building``; the characters it retained."""
         fn = self.deltas.get(type)
-        if fn is not None:
-            fn(building, data)
+        return 0 if fn is None else fn(building, data)
 
 
 def _copy_added(item: dict[str, Any]) -> Building:
@@ -200,36 +200,42 @@ def _part_at(parts: dict[int, _Part], index: Any, default_type: str) -> _Part:
     return part
 
 
-def _text_delta(b: Building, data: dict[str, Any]) -> None:
+def _text_delta(b: Building, data: dict[str, Any]) -> int:
     p = b.parts.get(data.get("content_index", 0))
     if p is None:
         p = _part_at(b.parts, data.get("content_index"), "output_text")
-    p.chunks.append(data.get("delta") or "")
+    delta = data.get("delta") or ""
+    p.chunks.append(delta)
     p.streamed = True
+    return len(delta)
 
 
-def _text_done(b: Building, data: dict[str, Any]) -> None:
+def _text_done(b: Building, data: dict[str, Any]) -> int:
     p = _part_at(b.parts, data.get("content_index"), "output_text")
     if not p.streamed:
         p.chunks = [data.get("text") or ""]
+    return 0
 
 
-def _refusal_delta(b: Building, data: dict[str, Any]) -> None:
+def _refusal_delta(b: Building, data: dict[str, Any]) -> int:
     p = _part_at(b.parts, data.get("content_index"), "refusal")
     p.part["type"] = "refusal"
-    p.chunks.append(data.get("delta") or "")
+    delta = data.get("delta") or ""
+    p.chunks.append(delta)
     p.streamed = True
+    return len(delta)
 
 
-def _refusal_done(b: Building, data: dict[str, Any]) -> None:
+def _refusal_done(b: Building, data: dict[str, Any]) -> int:
     p = _part_at(b.parts, data.get("content_index"), "refusal")
     p.part["type"] = "refusal"
     if not p.streamed:
         p.chunks = [data.get("refusal") or ""]
+    return 0
 
 
 def _part_event(done: bool) -> DeltaFn:
-    def apply(b: Building, data: dict[str, Any]) -> None:
+    def apply(b: Building, data: dict[str, Any]) -> int:
         part = data.get("part")
         p = _part_at(b.parts, data.get("content_index"), "output_text")
         if isinstance(part, dict):
@@ -239,15 +245,17 @@ def _part_event(done: bool) -> DeltaFn:
                 p.complete = True
                 if not p.streamed and isinstance(text, str):
                     p.chunks = [text]
+        return 0
 
     return apply
 
 
-def _annotation(b: Building, data: dict[str, Any]) -> None:
+def _annotation(b: Building, data: dict[str, Any]) -> int:
     p = _part_at(b.parts, data.get("content_index"), "output_text")
     annotations = p.part.setdefault("annotations", [])
     if isinstance(annotations, list) and "annotation" in data:
         annotations.append(data["annotation"])
+    return 0
 
 
 _MESSAGE_DELTAS: Mapping[str, DeltaFn] = {
@@ -307,30 +315,35 @@ def _reasoning_added(item: dict[str, Any]) -> Building:
 def _reasoning_text(summary: bool, done: bool) -> DeltaFn:
     index_key, kind = ("summary_index", "summary_text") if summary else ("content_index", "reasoning_text")
 
-    def apply(b: Building, data: dict[str, Any]) -> None:
+    def delta(b: Building, data: dict[str, Any]) -> int:
         parts = b.summary if summary else b.parts
         p = parts.get(data.get(index_key, 0))
         if p is None:
             p = _part_at(parts, data.get(index_key), kind)
-        if not done:
-            p.chunks.append(data.get("delta") or "")
-            p.streamed = True
-            return
+        text = data.get("delta") or ""
+        p.chunks.append(text)
+        p.streamed = True
+        return len(text)
+
+    def done_(b: Building, data: dict[str, Any]) -> int:
+        p = _part_at(b.summary if summary else b.parts, data.get(index_key), kind)
         text = data.get("text")
         if isinstance(text, str) and (text or not p.streamed):
             p.chunks = [text]
+        return 0
 
-    return apply
+    return done_ if done else delta
 
 
 def _reasoning_part_done(summary: bool) -> DeltaFn:
     index_key = "summary_index" if summary else "content_index"
 
-    def apply(b: Building, data: dict[str, Any]) -> None:
+    def apply(b: Building, data: dict[str, Any]) -> int:
         p = _part_at(b.summary if summary else b.parts, data.get(index_key), "")
         part = data.get("part")
         if isinstance(part, dict) and isinstance(part.get("text"), str) and not p.streamed:
             p.chunks = [part["text"]]
+        return 0
 
     return apply
 
@@ -396,10 +409,12 @@ def _call_added(field: str) -> Callable[[dict[str, Any]], Building]:
 
 
 def _call_deltas(field: str, delta_type: str, done_type: str) -> Mapping[str, DeltaFn]:
-    def delta(b: Building, data: dict[str, Any]) -> None:
-        b.chunks.append(data.get("delta") or "")
+    def delta(b: Building, data: dict[str, Any]) -> int:
+        text = data.get("delta") or ""
+        b.chunks.append(text)
+        return len(text)
 
-    def done(b: Building, data: dict[str, Any]) -> None:
+    def done(b: Building, data: dict[str, Any]) -> int:
         value = data.get(field)
         if isinstance(value, str) and value:
             b.item[field] = value
@@ -407,6 +422,7 @@ def _call_deltas(field: str, delta_type: str, done_type: str) -> Mapping[str, De
             v = data.get(key)
             if isinstance(v, str) and v:
                 b.item[key] = v
+        return 0
 
     return {delta_type: delta, done_type: done}
 
@@ -457,13 +473,16 @@ def _call_spec(kind: str, prefix: str, field: str, delta_type: str, done_type: s
 # code interpreter ---------------------------------------------------------------------------
 
 
-def _code_delta(b: Building, data: dict[str, Any]) -> None:
-    b.chunks.append(data.get("delta") or "")
+def _code_delta(b: Building, data: dict[str, Any]) -> int:
+    text = data.get("delta") or ""
+    b.chunks.append(text)
+    return len(text)
 
 
-def _code_code_done(b: Building, data: dict[str, Any]) -> None:
+def _code_code_done(b: Building, data: dict[str, Any]) -> int:
     if isinstance(data.get("code"), str):
         b.chunks = [data["code"]]
+    return 0
 
 
 _CODE_DELTAS: Mapping[str, DeltaFn] = {
