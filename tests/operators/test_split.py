@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from operators import FramingError, LineSplitter, SseLine
 
@@ -114,3 +116,56 @@ def test_unterminated_last_line_and_pending_event_dispatch_at_eof() -> None:
 def test_bad_limit_is_refused_when_built() -> None:
     with pytest.raises(ValueError):
         LineSplitter(max_line_bytes=0)
+
+
+# ---- the bulk path (whole same-shaped events at once) against the line loop --------------------
+
+_PIECES = [
+    b'data: {"a":1}\n\n',  # bare data events (vLLM)
+    b'event: x\ndata: {"b":2}\n\n',  # event line + data (OpenAI)
+    b": keep-alive\n\n",
+    b'data: {"c":\n',  # a multi-line event, then its end
+    b'data: 3}\n\n',
+    b'id: 7\ndata: {"d":4}\n\n',
+    b"data: not json\n\n",
+    b"data:{}\n\n",
+    b"\n",
+    b"event: y\n",
+    b'event: z\n\ndata: {"e":5}\n\n',
+    b'data: {"f":6}\nevent: late\n\n',
+    b'data: {"g":1}\ndata: {"h":2}\n\n',  # two JSON data lines in one event
+    b"data: [DONE]\n\n",
+]
+
+
+def _one_byte_at_a_time(body: bytes) -> tuple[list[SseLine], bool]:
+    """Only the line loop runs: no feed ever holds two whole events."""
+    splitter = LineSplitter()
+    out: list[SseLine] = []
+    for i in range(len(body)):
+        out += splitter.feed(body[i : i + 1])
+    done_before_eof = splitter.done
+    return out + splitter.flush(), done_before_eof
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(0, len(_PIECES) - 1), st.integers(1, 12)), max_size=8),
+    ending=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    cut=st.integers(0, 1 << 12),
+)
+def test_bulk_events_equal_the_line_loop(runs: list[tuple[int, int]], ending: bytes, cut: int) -> None:
+    # runs of one shape are what the bulk path takes; the other shapes interrupt them
+    body = b"".join(_PIECES[which] * times for which, times in runs).replace(b"\n", ending)
+    expected = _one_byte_at_a_time(body)
+    point = cut % (len(body) + 1)
+    assert split_all(body) == expected
+    assert split_all(body[:point], body[point:]) == expected
+
+
+def test_bulk_events_keep_their_line_numbers() -> None:
+    body = b'event: a\ndata: {"n":1}\n\nevent: a\ndata: {"n":2}\n\nevent: a\ndata: {"n":3}\n\n'
+    out, _ = split_all(body)
+    assert out == [(b'{"n":1}', 2), (b'{"n":2}', 5), (b'{"n":3}', 8)]
+    out, _ = split_all(b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: {"n":3}\n\n')
+    assert out == [(b'{"n":1}', 1), (b'{"n":2}', 3), (b'{"n":3}', 5)]
