@@ -161,7 +161,7 @@ class LineSplitter:
             if b"\n".join(others).find(b"\ndata:") != -1 or others.count(b""):
                 return 0
         first = self._line_no + size - 1  # the line number of the first data line
-        out.extend(zip(map(_PAYLOAD, datas), range(first, first + count * size, size)))
+        out.extend(zip(map(_PAYLOAD, datas), range(first, first + count * size, size), strict=True))
         self._line_no += count * size
         return count * size
 
