@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from operators._errors import LimitExceededError, RespflowError
-from operators._frames import Action, Frame
+from operators._frames import Action, EventSpec, Frame
 from operators._items import Building, KindSpec, kind_spec, new_id
 from operators._response import Response
 
@@ -47,7 +47,7 @@ _STATUS = {
 class Slot:
     """One output item: active while it streams, done once its done arrived."""
 
-    __slots__ = ("building", "deltas", "done", "generated", "item", "spec")
+    __slots__ = ("appends", "building", "deltas", "done", "generated", "item", "spec")
 
     def __init__(
         self,
@@ -58,6 +58,7 @@ class Slot:
     ) -> None:
         self.spec = spec
         self.deltas = spec.deltas
+        self.appends = spec.appends
         self.building = building
         self.item = item
         self.done = item is not None
@@ -135,27 +136,60 @@ class Folder:
         slots = self.slots
         retained = self._retained
         limit = self._max_retained
+        mutate = _MUTATE
+        # The run: consecutive deltas of one type for the same item and part append to one
+        # buffer, found once (a delta changes nothing else; any other frame ends the run).
+        run_spec: EventSpec | None = None
+        run_index: Any = None
+        run_field: str | None = None
+        run_part: Any = None
+        run_chunks: list[str] = []
+        run_slot: Slot | None = None
         frame: Frame | None = None
         try:
             for frame in frames:
                 spec = frame.spec
-                if spec.action is not _MUTATE:
-                    self._retained = retained
-                    self._apply_item_or_response(frame)
-                    retained = self._retained
-                    continue
                 data = frame.data
-                slot = slots.get(data["output_index"])
-                if slot is None or slot.done:
-                    continue
-                fn = slot.deltas.get(spec.type)
-                if fn is not None:
-                    retained += fn(slot.building, data)  # type: ignore[arg-type]
-                    if retained > limit:
+                if (
+                    spec is not run_spec
+                    or data["output_index"] != run_index
+                    or (run_field is not None and data.get(run_field, 0) != run_part)
+                ):
+                    run_spec = None
+                    if spec.action is not mutate:
                         self._retained = retained
-                        self._charge_bytes(0, frame)
+                        self._apply_item_or_response(frame)
+                        retained = self._retained
+                        continue
+                    slot = slots.get(data["output_index"])
+                    if slot is None or slot.done:
+                        continue
+                    building = slot.building
+                    assert building is not None  # an active slot is building its item
+                    buffer = slot.appends.get(spec.type)
+                    if buffer is None:  # a done text, a part, an annotation, a status
+                        fn = slot.deltas.get(spec.type)
+                        if fn is not None:
+                            retained += fn(building, data)
+                            if retained > limit:
+                                self._retained = retained
+                                self._charge_bytes(0, frame)
+                        if not data.get("item_id") and spec.needs_item_id:
+                            data["item_id"] = slot.current().get("id", "")
+                        continue
+                    run_spec, run_index, run_slot = spec, data["output_index"], slot
+                    run_field = spec.index_field
+                    run_part = None if run_field is None else data.get(run_field, 0)
+                    run_chunks = buffer(building, data)
+                text = data.get("delta") or ""
+                run_chunks.append(text)
+                retained += len(text)
+                if retained > limit:
+                    self._retained = retained
+                    self._charge_bytes(0, frame)
                 if not data.get("item_id") and spec.needs_item_id:
-                    data["item_id"] = slot.current().get("id", "")  # frames name the public id
+                    assert run_slot is not None
+                    data["item_id"] = run_slot.current().get("id", "")  # frames name the public id
         except RespflowError as exc:
             exc.partial = frames[: frames.index(frame)] if frame is not None else []
             raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, JsonValue, Tag, TypeAdapter
@@ -138,13 +138,19 @@ def new_id(prefix: str) -> str:
 DeltaFn = Callable[["Building", dict[str, Any]], int]
 """Folds one sub-event into the building item; returns the characters it newly retained."""
 
+BufferFn = Callable[["Building", dict[str, Any]], list[str]]
+"""Where the text of a ``*.delta`` sub-event goes: the chunk list of its part (which it marks
+streamed) or of the item. The fold appends a whole run of deltas to one buffer."""
+
 
 @dataclass(frozen=True, slots=True)
 class KindSpec:
     """How one item kind is folded.
 
-    ``deltas`` maps each sub-event type of the kind to the function that folds it (a dict
-    lookup per token instead of a chain of comparisons); sub-events not listed are status only.
+    ``appends`` maps each ``*.delta`` sub-event type of the kind to the buffer its text goes
+    to; ``deltas`` maps every other sub-event type that changes the item (done texts, parts,
+    annotations) to the function that folds it. Sub-events in neither are status only. Both are
+    dicts: one lookup per token instead of a chain of comparisons.
     """
 
     kind: str
@@ -154,9 +160,15 @@ class KindSpec:
     apply_done: Callable[[Building, dict[str, Any]], dict[str, Any]]
     finalize: Callable[[Building], dict[str, Any] | None]
     call_like: bool = False  # carries a call_id that must stay stable
+    appends: Mapping[str, BufferFn] = field(default_factory=dict)
 
     def apply_delta(self, building: Building, type: str, data: dict[str, Any]) -> int:
         """Fold one sub-event of this kind into ``building``; the characters it retained."""
+        buffer = self.appends.get(type)
+        if buffer is not None:
+            text = data.get("delta") or ""
+            buffer(building, data).append(text)
+            return len(text)
         fn = self.deltas.get(type)
         return 0 if fn is None else fn(building, data)
 
@@ -200,14 +212,12 @@ def _part_at(parts: dict[int, _Part], index: Any, default_type: str) -> _Part:
     return part
 
 
-def _text_delta(b: Building, data: dict[str, Any]) -> int:
+def _text_buffer(b: Building, data: dict[str, Any]) -> list[str]:
     p = b.parts.get(data.get("content_index", 0))
     if p is None:
         p = _part_at(b.parts, data.get("content_index"), "output_text")
-    delta = data.get("delta") or ""
-    p.chunks.append(delta)
     p.streamed = True
-    return len(delta)
+    return p.chunks
 
 
 def _text_done(b: Building, data: dict[str, Any]) -> int:
@@ -217,13 +227,11 @@ def _text_done(b: Building, data: dict[str, Any]) -> int:
     return 0
 
 
-def _refusal_delta(b: Building, data: dict[str, Any]) -> int:
+def _refusal_buffer(b: Building, data: dict[str, Any]) -> list[str]:
     p = _part_at(b.parts, data.get("content_index"), "refusal")
     p.part["type"] = "refusal"
-    delta = data.get("delta") or ""
-    p.chunks.append(delta)
     p.streamed = True
-    return len(delta)
+    return p.chunks
 
 
 def _refusal_done(b: Building, data: dict[str, Any]) -> int:
@@ -258,10 +266,12 @@ def _annotation(b: Building, data: dict[str, Any]) -> int:
     return 0
 
 
+_MESSAGE_APPENDS: Mapping[str, BufferFn] = {
+    "response.output_text.delta": _text_buffer,
+    "response.refusal.delta": _refusal_buffer,
+}
 _MESSAGE_DELTAS: Mapping[str, DeltaFn] = {
-    "response.output_text.delta": _text_delta,
     "response.output_text.done": _text_done,
-    "response.refusal.delta": _refusal_delta,
     "response.refusal.done": _refusal_done,
     "response.content_part.added": _part_event(False),
     "response.content_part.done": _part_event(True),
@@ -312,27 +322,31 @@ def _reasoning_added(item: dict[str, Any]) -> Building:
     return b
 
 
-def _reasoning_text(summary: bool, done: bool) -> DeltaFn:
+def _reasoning_buffer(summary: bool) -> BufferFn:
     index_key, kind = ("summary_index", "summary_text") if summary else ("content_index", "reasoning_text")
 
-    def delta(b: Building, data: dict[str, Any]) -> int:
+    def buffer(b: Building, data: dict[str, Any]) -> list[str]:
         parts = b.summary if summary else b.parts
         p = parts.get(data.get(index_key, 0))
         if p is None:
             p = _part_at(parts, data.get(index_key), kind)
-        text = data.get("delta") or ""
-        p.chunks.append(text)
         p.streamed = True
-        return len(text)
+        return p.chunks
 
-    def done_(b: Building, data: dict[str, Any]) -> int:
+    return buffer
+
+
+def _reasoning_text_done(summary: bool) -> DeltaFn:
+    index_key, kind = ("summary_index", "summary_text") if summary else ("content_index", "reasoning_text")
+
+    def done(b: Building, data: dict[str, Any]) -> int:
         p = _part_at(b.summary if summary else b.parts, data.get(index_key), kind)
         text = data.get("text")
         if isinstance(text, str) and (text or not p.streamed):
             p.chunks = [text]
         return 0
 
-    return done_ if done else delta
+    return done
 
 
 def _reasoning_part_done(summary: bool) -> DeltaFn:
@@ -348,11 +362,13 @@ def _reasoning_part_done(summary: bool) -> DeltaFn:
     return apply
 
 
+_REASONING_APPENDS: Mapping[str, BufferFn] = {
+    "response.reasoning_text.delta": _reasoning_buffer(False),
+    "response.reasoning_summary_text.delta": _reasoning_buffer(True),
+}
 _REASONING_DELTAS: Mapping[str, DeltaFn] = {
-    "response.reasoning_text.delta": _reasoning_text(False, False),
-    "response.reasoning_text.done": _reasoning_text(False, True),
-    "response.reasoning_summary_text.delta": _reasoning_text(True, False),
-    "response.reasoning_summary_text.done": _reasoning_text(True, True),
+    "response.reasoning_text.done": _reasoning_text_done(False),
+    "response.reasoning_summary_text.done": _reasoning_text_done(True),
     "response.content_part.done": _reasoning_part_done(False),
     "response.reasoning_summary_part.done": _reasoning_part_done(True),
 }
@@ -408,12 +424,12 @@ def _call_added(field: str) -> Callable[[dict[str, Any]], Building]:
     return added
 
 
-def _call_deltas(field: str, delta_type: str, done_type: str) -> Mapping[str, DeltaFn]:
-    def delta(b: Building, data: dict[str, Any]) -> int:
-        text = data.get("delta") or ""
-        b.chunks.append(text)
-        return len(text)
+def _own_chunks(b: Building, data: dict[str, Any]) -> list[str]:
+    """The item's own buffer: call arguments / custom input / code."""
+    return b.chunks
 
+
+def _call_deltas(field: str, done_type: str) -> Mapping[str, DeltaFn]:
     def done(b: Building, data: dict[str, Any]) -> int:
         value = data.get(field)
         if isinstance(value, str) and value:
@@ -424,7 +440,7 @@ def _call_deltas(field: str, delta_type: str, done_type: str) -> Mapping[str, De
                 b.item[key] = v
         return 0
 
-    return {delta_type: delta, done_type: done}
+    return {done_type: done}
 
 
 def _call_value(b: Building, field: str) -> str:
@@ -463,20 +479,15 @@ def _call_spec(kind: str, prefix: str, field: str, delta_type: str, done_type: s
         kind,
         prefix,
         _call_added(field),
-        _call_deltas(field, delta_type, done_type),
+        _call_deltas(field, done_type),
         _call_done(field),
         _call_finalize(field),
         call_like=kind != "mcp_call",
+        appends={delta_type: _own_chunks},
     )
 
 
 # code interpreter ---------------------------------------------------------------------------
-
-
-def _code_delta(b: Building, data: dict[str, Any]) -> int:
-    text = data.get("delta") or ""
-    b.chunks.append(text)
-    return len(text)
 
 
 def _code_code_done(b: Building, data: dict[str, Any]) -> int:
@@ -486,7 +497,6 @@ def _code_code_done(b: Building, data: dict[str, Any]) -> int:
 
 
 _CODE_DELTAS: Mapping[str, DeltaFn] = {
-    "response.code_interpreter_call_code.delta": _code_delta,
     "response.code_interpreter_call_code.done": _code_code_done,
 }
 
@@ -524,9 +534,23 @@ def _passive(kind: str, prefix: str, *, keep_unfinished: bool) -> KindSpec:
 KINDS: dict[str, KindSpec] = {
     spec.kind: spec
     for spec in (
-        KindSpec("message", "msg_", _message_added, _MESSAGE_DELTAS, _message_done, _message_finalize),
         KindSpec(
-            "reasoning", "rs_", _reasoning_added, _REASONING_DELTAS, _reasoning_done, _reasoning_finalize
+            "message",
+            "msg_",
+            _message_added,
+            _MESSAGE_DELTAS,
+            _message_done,
+            _message_finalize,
+            appends=_MESSAGE_APPENDS,
+        ),
+        KindSpec(
+            "reasoning",
+            "rs_",
+            _reasoning_added,
+            _REASONING_DELTAS,
+            _reasoning_done,
+            _reasoning_finalize,
+            appends=_REASONING_APPENDS,
         ),
         _call_spec(
             "function_call",
@@ -549,7 +573,15 @@ KINDS: dict[str, KindSpec] = {
             "response.mcp_call_arguments.delta",
             "response.mcp_call_arguments.done",
         ),
-        KindSpec("code_interpreter_call", "ci_", _copy_added, _CODE_DELTAS, _code_done, _drop),
+        KindSpec(
+            "code_interpreter_call",
+            "ci_",
+            _copy_added,
+            _CODE_DELTAS,
+            _code_done,
+            _drop,
+            appends={"response.code_interpreter_call_code.delta": _own_chunks},
+        ),
         KindSpec("web_search_call", "ws_", _copy_added, _NO_DELTAS, _web_search_done, _drop),
         _passive("file_search_call", "fs_", keep_unfinished=False),
         _passive("image_generation_call", "ig_", keep_unfinished=False),
