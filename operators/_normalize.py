@@ -22,8 +22,6 @@ from operators._errors import ProtocolError
 from operators._frames import CATALOGUE, OTHER, RENAMES, EventSpec, Frame
 from operators._split import SseLine
 
-_U32_MAX = 0xFFFFFFFF
-
 
 class Normalizer:
     """Parse and classify upstream events."""
@@ -54,19 +52,17 @@ class Normalizer:
         completed = catalogue["response.completed"]
         new = object.__new__
         frame_type = Frame
-        umax = _U32_MAX
         for payload, line_no in lines:
             try:
                 data: Any = loads(payload)
+                kind: Any = data.get("type")  # only an object has .get
+                spec = catalogue.get(kind)
             except orjson.JSONDecodeError:
                 append(Frame("", {}, OTHER, line_no, _why(payload)))
                 continue
-            if type(data) is not dict:
+            except AttributeError:  # JSON, but not an object
                 append(Frame("", {}, OTHER, line_no, "json"))
                 continue
-            kind: Any = data.get("type")
-            try:
-                spec = catalogue.get(kind)
             except TypeError:  # an unhashable "type"
                 spec = None
             if spec is None:
@@ -77,7 +73,7 @@ class Normalizer:
             if spec is completed:  # also a renamed response.done
                 spec = _completed(data)
             index = data.get("output_index", 0)  # absent is fine; null is not
-            if type(index) is not int or index < 0 or index > umax:
+            if type(index) is not int or index >> 32:  # not 0 <= index <= 0xFFFFFFFF
                 error = ProtocolError(
                     "upstream stream has an invalid 'output_index': expected an unsigned 32-bit integer",
                     code="invalid_output_index",
