@@ -108,52 +108,48 @@ class Validator:
         fast_phases = self._fast_phases
         fast = self._phase in fast_phases
         mutate = _A_MUTATE
-        u32_max = _U32_MAX
         # The run: the sub-event type, index and id of the last frame the fast path bound.
         # A frame of the same type for the same index and id needs no slot lookup: nothing
         # on the fast path changes state, and the slow path ends the run.
         run_spec: EventSpec | None = None
         run_index: Any = None
         run_item_id: Any = None
+        run_field: str | None = None  # the run's index field and payload, for the type test
+        run_payload: str | None = None
         frame: Frame | None = None
         try:
             for frame in frames:
                 spec = frame.spec
                 data = frame.data
                 if (
-                    spec is run_spec
-                    and data.get("output_index") == run_index
-                    and data.get("item_id") == run_item_id
+                    spec is not run_spec
+                    or data.get("output_index") != run_index
+                    or data.get("item_id") != run_item_id
                 ):
-                    bound = True
-                elif fast and spec.action is mutate:
-                    # a delta for a bound, active item at its own index
-                    index = data.get("output_index")
-                    slot = slots.get(index)  # type: ignore[arg-type]
-                    item_id = data.get("item_id")
-                    bound = (
-                        slot is not None
-                        and not slot.done
-                        and slot.kind in spec.kinds
-                        and bool(item_id)
-                        and item_id == slot.item_id
-                    )
-                    if bound:
-                        run_spec, run_index, run_item_id = spec, index, item_id
-                else:
-                    bound = False
-                if bound and "call_id" not in data:
+                    run_spec = None
+                    if fast and spec.action is mutate and not spec.needs_part:
+                        # a sub-event for a bound, active item at its own index starts a run
+                        index = data.get("output_index")
+                        slot = slots.get(index)  # type: ignore[arg-type]
+                        item_id = data.get("item_id")
+                        if (
+                            slot is not None
+                            and not slot.done
+                            and slot.kind in spec.kinds
+                            and item_id
+                            and item_id == slot.item_id
+                        ):
+                            run_spec, run_index, run_item_id = spec, index, item_id
+                            run_field, run_payload = spec.index_field, spec.payload
+                if spec is run_spec and "call_id" not in data:
                     if strict:
                         self._check_frame(frame)
                         continue
-                    # lenient: the field types of _ill_typed, inline (parts take the slow path)
-                    field = spec.index_field
-                    value = 0 if field is None else data.get(field, 0)
-                    if type(value) is int and 0 <= value <= u32_max:
-                        field = spec.payload
-                        payload_ok = field is None or type(data.get(field, "")) is str
-                        if payload_ok and not spec.needs_part:
-                            continue
+                    # lenient: the field types of _ill_typed, inline
+                    value = 0 if run_field is None else data.get(run_field, 0)
+                    payload_ok = run_payload is None or type(data.get(run_payload, "")) is str
+                    if type(value) is int and not value >> 32 and payload_ok:
+                        continue
                 run_spec = None
                 if not self._accept(frame):
                     if dropped is None:
