@@ -134,6 +134,8 @@ _PIECES = [
     b'event: z\n\ndata: {"e":5}\n\n',
     b'data: {"f":6}\nevent: late\n\n',
     b'data: {"g":1}\ndata: {"h":2}\n\n',  # two JSON data lines in one event
+    b'data: {"i":1}\nid: 1\n',  # repeated: one long event whose lines look like the two shapes
+    b'event: q\ndata: {"j":1}\nid: 2\n',
     b"data: [DONE]\n\n",
 ]
 
