@@ -49,39 +49,35 @@ class Normalizer:
         append = out.append
         loads = orjson.loads
         catalogue = CATALOGUE
-        completed = catalogue["response.completed"]
+        completed = CATALOGUE["response.completed"]
         new = object.__new__
         frame_type = Frame
+        frame: Frame
         for payload, line_no in lines:
             try:
                 data: Any = loads(payload)
-                kind: Any = data.get("type")  # only an object has .get
-                spec = catalogue.get(kind)
             except orjson.JSONDecodeError:
                 append(Frame("", {}, OTHER, line_no, _why(payload)))
                 continue
-            except AttributeError:  # JSON, but not an object
-                append(Frame("", {}, OTHER, line_no, "json"))
+            try:
+                # the shape of every sub-event (a delta is one): an object with a catalogued
+                # type and an output_index; anything else raises here and is classified below
+                spec = catalogue[data["type"]]
+                index = data["output_index"]
+            except (KeyError, TypeError):
+                try:
+                    append(_classify(data, line_no))
+                except ProtocolError as exc:
+                    exc.partial = out
+                    raise
                 continue
-            except TypeError:  # an unhashable "type"
-                spec = None
-            if spec is None:
-                spec = _renamed(data) if type(kind) is str else None
-                if spec is None:
-                    append(_unlisted(data, line_no))
-                    continue
-            if spec is completed:  # also a renamed response.done
-                spec = _completed(data)
-            index = data.get("output_index", 0)  # absent is fine; null is not
-            if type(index) is not int or index >> 32:  # not 0 <= index <= 0xFFFFFFFF
-                error = ProtocolError(
-                    "upstream stream has an invalid 'output_index': expected an unsigned 32-bit integer",
-                    code="invalid_output_index",
-                    stage="normalize",
-                    line=line_no,
-                )
-                error.partial = out
-                raise error
+            if type(index) is not int or index >> 32 or spec is completed:
+                try:  # not 0 <= index <= 0xFFFFFFFF (an error), or a completed to look into
+                    append(_classify(data, line_no))
+                except ProtocolError as exc:
+                    exc.partial = out
+                    raise
+                continue
             # Frame(spec.type, data, spec, line_no) without the Python-level __init__ call,
             # which costs ~100 ns per token, a quarter of this loop
             frame = new(frame_type)
@@ -92,6 +88,34 @@ class Normalizer:
             frame.malformed = None
             append(frame)
         return out
+
+
+def _classify(data: Any, line_no: int) -> Frame:
+    """Every event off the hot path: not an object, no or an unknown type, a vLLM name, a
+    response-level event (no output_index), vLLM's incomplete-as-completed."""
+    if type(data) is not dict:
+        return Frame("", {}, OTHER, line_no, "json")
+    kind = data.get("type")
+    spec = CATALOGUE.get(kind) if type(kind) is str else None
+    if spec is None:
+        spec = _renamed(data) if type(kind) is str else None
+        if spec is None:
+            return _unlisted(data, line_no)
+    if spec.type == "response.completed":  # also a renamed response.done
+        spec = _completed(data)
+    index = data.get("output_index", 0)  # absent is fine; null is not
+    if type(index) is not int or index >> 32:
+        raise _invalid_index(line_no)
+    return Frame(spec.type, data, spec, line_no)
+
+
+def _invalid_index(line_no: int) -> ProtocolError:
+    return ProtocolError(
+        "upstream stream has an invalid 'output_index': expected an unsigned 32-bit integer",
+        code="invalid_output_index",
+        stage="normalize",
+        line=line_no,
+    )
 
 
 def _renamed(data: dict[str, Any]) -> EventSpec | None:

@@ -63,3 +63,17 @@ def test_renamed_vllm_events_get_the_same_checks() -> None:
     assert info.value.code == "invalid_output_index"
     f = norm('{"type":"response.done","response":{"id":"r","status":"incomplete"}}')
     assert f.type == f.data["type"] == "response.incomplete"
+
+
+def test_every_shape_is_classified_the_same_on_and_off_the_fast_path() -> None:
+    # an output_index puts an event on the fast path; the result must not depend on it
+    f = norm('{"type":"response.completed","output_index":0,"response":{"id":"r","status":"incomplete"}}')
+    assert f.type == f.data["type"] == "response.incomplete"
+    f = norm('{"type":"response.reasoning_part.added","output_index":0,"item_id":"r","part":{}}')
+    assert f.type == "response.content_part.added"
+    for payload in ('{"type":["x"],"output_index":0}', '{"type":7,"output_index":0}', '["type"]', '"type"'):
+        assert norm(payload).malformed == "json"
+    f = norm('{"type":"vendor.thing","output_index":0}')
+    assert (f.type, f.spec.action, f.malformed) == ("vendor.thing", Action.OTHER, None)
+    f = norm('{"output_index":0,"delta":"x"}')
+    assert (f.type, f.spec.action, f.malformed) == ("", Action.OTHER, None)
