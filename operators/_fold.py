@@ -1,6 +1,6 @@
 """fold: accepted `Frame`s → the final `Response`.
 
-In: validated frames (their ``output_index`` resolved). Out: the same frames, unchanged but for
+In: validated frames (their ``output_index`` and ``item_id`` resolved). Out: the same frames, unchanged but for
 ids the fold had to make up (an item that arrives with an empty id gets ``<prefix><hex>``,
 written into its frames so the stream and the final Response agree); `finish()` returns the
 Response.
@@ -145,6 +145,7 @@ class Folder:
         run_part: Any = None
         run_chunks: list[str] = []
         run_slot: Slot | None = None
+        run_fill = False  # the item's id was made up here: frames that name no item get it
         frame: Frame | None = None
         try:
             for frame in frames:
@@ -174,10 +175,11 @@ class Folder:
                             if retained > limit:
                                 self._retained = retained
                                 self._charge_bytes(0, frame)
-                        if not data.get("item_id") and spec.needs_item_id:
+                        if slot.generated and spec.needs_item_id and not data.get("item_id"):
                             data["item_id"] = slot.current().get("id", "")
                         continue
                     run_spec, run_index, run_slot = spec, data["output_index"], slot
+                    run_fill = slot.generated and spec.needs_item_id
                     run_field = spec.index_field
                     run_part = None if run_field is None else data.get(run_field, 0)
                     run_chunks = buffer(building, data)
@@ -187,9 +189,9 @@ class Folder:
                 if retained > limit:
                     self._retained = retained
                     self._charge_bytes(0, frame)
-                if not data.get("item_id") and spec.needs_item_id:
+                if run_fill and not data.get("item_id"):
                     assert run_slot is not None
-                    data["item_id"] = run_slot.current().get("id", "")  # frames name the public id
+                    data["item_id"] = run_slot.current().get("id", "")  # frames name the made-up id
         except RespflowError as exc:
             exc.partial = frames[: frames.index(frame)] if frame is not None else []
             raise

@@ -1,7 +1,7 @@
 """validate: `Frame` → accepted `Frame` (or nothing), under one policy field.
 
-In: normalized frames. Out: each frame that is accepted, with its ``output_index`` resolved
-(written into the wire JSON when it was recovered); ignored frames produce nothing, so nothing
+In: normalized frames. Out: each frame that is accepted, with its ``output_index`` (and, for a
+sub-event that named no item, its ``item_id``) resolved and written into the wire JSON; ignored frames produce nothing, so nothing
 downstream folds, translates or emits them.
 
 Both policies run the same traversal; `Validation.STRICT` only adds checks and chooses
@@ -480,8 +480,11 @@ class Validator:
             slot.done = True
             slot.done_item = item
             self._see_call_id(index, item.get("call_id"))
-        elif "call_id" in data:
-            self._see_call_id(index, data.get("call_id"))
+        else:
+            if "call_id" in data:
+                self._see_call_id(index, data.get("call_id"))
+            if not item_id and slot.item_id and frame.spec.needs_item_id:
+                data["item_id"] = slot.item_id  # resolved like the index: frames name their item
         return True
 
     def _lowest_free(self) -> int:

@@ -357,3 +357,10 @@ def test_done_text_and_parts_of_the_wrong_type_are_ignored_leniently() -> None:
     frames, response = run(*stream[:5], wrong_text, wrong_part, *stream[5:], validation=LENIENT)
     assert wrong_text not in frames and wrong_part not in frames
     assert response.to_dict()["output"][0]["content"] == [{"type": "output_text", "text": "Hi", "annotations": []}]
+
+
+def test_a_sub_event_that_names_no_item_gets_its_items_id() -> None:
+    nameless = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "hi"}
+    frames, response = run(created(), in_progress(), added(message()), nameless, nameless | {"delta": "!"}, validation=LENIENT)
+    assert [(f["item_id"], f["delta"]) for f in frames if f["type"].endswith(".delta")] == [("msg_1", "hi"), ("msg_1", "!")]
+    assert response.to_dict()["output"][0]["content"][0]["text"] == "hi!"
