@@ -15,7 +15,9 @@ At `finish()` the slots are drained sorted by ``output_index``: done items as th
 items through their kind's ``finalize`` (a half-streamed call keeps its buffered arguments; an
 unfinished web search is dropped). A stream with no terminal is reported ``completed`` — the
 lenient EOF recovery; the strict policy has already refused such a stream in validate.
-Raises `LimitExceededError` when the retained bytes pass ``max_retained_bytes``.
+Raises `LimitExceededError` when the retained bytes pass ``max_retained_bytes``, and
+`ProtocolError` (``invalid_response``) when an upstream field has a type the Response cannot
+hold (an item id that is a list, a model that is a number) — under either policy.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import time
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from operators._errors import LimitExceededError, RespflowError
+from operators._errors import LimitExceededError, ProtocolError, RespflowError
 from operators._frames import Action, EventSpec, Frame
 from operators._items import Building, KindSpec, kind_spec, new_id
 from operators._response import Response
@@ -311,7 +314,27 @@ class Folder:
             tool_choice=base.get("tool_choice", "auto"),
             tools=base.get("tools") or [],
         )
-        return Response.model_validate(body)
+        try:
+            return Response.model_validate(body)
+        except ValidationError as exc:
+            raise _unstorable(exc, sorted(self.slots)) from None
+
+
+def _unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
+    """Upstream fields of the wrong type (an id that is a list, a model that is a number):
+    the Response cannot be built — a typed error, whatever the policy."""
+    first = exc.errors()[0]
+    loc = first.get("loc", ())
+    output_index = None
+    if len(loc) > 1 and loc[0] == "output" and isinstance(loc[1], int) and loc[1] < len(indexes):
+        output_index = indexes[loc[1]]  # output is sorted by output_index
+    where = ".".join(str(part) for part in loc) or "response"
+    return ProtocolError(
+        f"upstream stream cannot be stored: {where}: {first.get('msg', 'invalid')}",
+        code="invalid_response",
+        stage="fold",
+        output_index=output_index,
+    )
 
 
 def complete_usage(usage: Any) -> Any:

@@ -112,3 +112,20 @@ def test_retained_bytes_are_bounded() -> None:
     with pytest.raises(LimitExceededError) as info:
         run(created(), in_progress(), added(message()), *[text_delta("x" * 100) for _ in range(20)], limits=Limits(max_retained_bytes=1000), validation=LENIENT)
     assert info.value.code == "retained_bytes"
+
+
+@pytest.mark.parametrize(
+    ("events", "where", "index"),
+    [
+        ([created(), in_progress(), added({"type": "future_kind", "id": [None]}, 3)], "output.0", 3),
+        ([created(), in_progress(), added(fcall(call_id=7))], "call_id", 0),  # type: ignore[arg-type]
+        ([created(model=5), in_progress()], "model", None),
+    ],
+)
+def test_fields_the_response_cannot_hold_are_a_typed_error(events: list[dict[str, Any]], where: str, index: int | None) -> None:
+    from operators import ProtocolError
+
+    with pytest.raises(ProtocolError) as info:
+        run(*events, validation=LENIENT)
+    assert (info.value.code, info.value.output_index) == ("invalid_response", index)
+    assert where in str(info.value)
