@@ -1,9 +1,9 @@
 """fold: accepted `Frame`s → the final `Response`.
 
-In: validated frames (their ``output_index`` and ``item_id`` resolved). Out: the same frames, unchanged but for
-ids the fold had to make up (an item that arrives with an empty id gets ``<prefix><hex>``,
-written into its frames so the stream and the final Response agree); `finish()` returns the
-Response.
+In: validated frames (their ``output_index`` and ``item_id`` resolved). Out: the same frames,
+unchanged but for ids the fold had to make up (an item that arrives with an empty id gets
+``<prefix><hex>``, written into its frames so the stream and the final Response agree);
+`finish()` returns the Response.
 
 State: one slot per ``output_index`` — ``Active(Building)`` until its done, then
 ``Done(item)`` — and the response-level fields: the id and snapshot from ``response.created``,
@@ -295,6 +295,7 @@ class Folder:
             self._response_id = base["id"]
         response_id = self.response_id
         created_at = base.get("created_at")
+        indexed = self.output_indexed()
         body: dict[str, Any] = {
             key: value
             for key, value in base.items()
@@ -306,7 +307,7 @@ class Folder:
             created_at=created_at if isinstance(created_at, int | float) else time.time(),
             model=self._model or base.get("model") or "unknown",
             status=status,
-            output=self.output(),
+            output=[item for _, item in indexed],
             usage=complete_usage(self._metadata.get("usage")),
             error=self._metadata.get("error"),
             incomplete_details=self._metadata.get("incomplete_details"),
@@ -317,7 +318,7 @@ class Folder:
         try:
             return Response.model_validate(body)
         except ValidationError as exc:
-            raise _unstorable(exc, sorted(self.slots)) from None
+            raise _unstorable(exc, [index for index, _ in indexed]) from None
 
 
 def _unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
@@ -327,7 +328,7 @@ def _unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
     loc = first.get("loc", ())
     output_index = None
     if len(loc) > 1 and loc[0] == "output" and isinstance(loc[1], int) and loc[1] < len(indexes):
-        output_index = indexes[loc[1]]  # output is sorted by output_index
+        output_index = indexes[loc[1]]  # the output_index of that output position
     where = ".".join(str(part) for part in loc) or "response"
     return ProtocolError(
         f"upstream stream cannot be stored: {where}: {first.get('msg', 'invalid')}",

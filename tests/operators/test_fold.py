@@ -129,3 +129,12 @@ def test_fields_the_response_cannot_hold_are_a_typed_error(events: list[dict[str
         run(*events, validation=LENIENT)
     assert (info.value.code, info.value.output_index) == ("invalid_response", index)
     assert where in str(info.value)
+
+
+def test_invalid_response_names_the_output_index_even_after_a_dropped_item() -> None:
+    from operators import ProtocolError
+
+    unfinished_search = added({"type": "web_search_call", "id": "ws_1", "status": "in_progress"}, 0)  # dropped at EOF
+    with pytest.raises(ProtocolError) as info:
+        run(created(), in_progress(), unfinished_search, added({"type": "future_kind", "id": [1]}, 1), validation=LENIENT)
+    assert (info.value.code, info.value.output_index) == ("invalid_response", 1)
