@@ -246,10 +246,6 @@ class Folder:
         # the client's done item is the final item: fallbacks and made-up ids included
         data["item"] = merged
 
-    def _charge(self, delta: Any, frame: Frame) -> None:
-        if type(delta) is str:
-            self._charge_bytes(len(delta), frame)
-
     def _charge_bytes(self, size: int, frame: Frame) -> None:
         self._retained += size
         if self._retained > self._max_retained:
