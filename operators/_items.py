@@ -1,10 +1,11 @@
 """Output items: the public pydantic types, and the ONE table of per-kind fold behaviour.
 
 Each item kind has a `KindSpec` (a descriptor): ``from_added`` builds the item being streamed,
-``apply_delta`` folds one sub-event into it, ``apply_done`` merges the authoritative done item
-over it (with the per-kind fallbacks for empty fields) and ``finalize`` turns a still-active
-item into its final shape at the end of the stream (or drops it). Adding an item kind means
-adding one entry to `KINDS`; nothing else in the pipeline names kinds.
+``appends`` names the buffer each ``*.delta`` sub-event's text goes to and ``deltas`` folds
+every other sub-event into it, ``apply_done`` merges the authoritative done item over it (with
+the per-kind fallbacks for empty fields) and ``finalize`` turns a still-active item into its
+final shape at the end of the stream (or drops it). Adding an item kind means adding one entry
+to `KINDS`; nothing else in the pipeline names kinds.
 """
 
 from __future__ import annotations
@@ -161,16 +162,6 @@ class KindSpec:
     finalize: Callable[[Building], dict[str, Any] | None]
     call_like: bool = False  # carries a call_id that must stay stable
     appends: Mapping[str, BufferFn] = field(default_factory=dict)
-
-    def apply_delta(self, building: Building, type: str, data: dict[str, Any]) -> int:
-        """Fold one sub-event of this kind into ``building``; the characters it retained."""
-        buffer = self.appends.get(type)
-        if buffer is not None:
-            text = data.get("delta") or ""
-            buffer(building, data).append(text)
-            return len(text)
-        fn = self.deltas.get(type)
-        return 0 if fn is None else fn(building, data)
 
 
 def _copy_added(item: dict[str, Any]) -> Building:
