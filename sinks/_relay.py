@@ -57,12 +57,15 @@ class Sink(Protocol):
 
 
 _HEADS: dict[str, bytes] = {}
+_END = b"\n\n"
 
 
 def _head(kind: Any) -> bytes:
-    head = _HEADS.get(kind) if isinstance(kind, str) else b""
+    """What comes before the JSON: the ``event:`` line (when the type can be one) and ``data: ``."""
+    head = _HEADS.get(kind) if isinstance(kind, str) else b"data: "
     if head is None:
-        head = b"event: " + kind.encode() + b"\n" if kind and "\n" not in kind and "\r" not in kind else b""
+        event = b"event: " + kind.encode() + b"\n" if kind and "\n" not in kind and "\r" not in kind else b""
+        head = event + b"data: "
         if len(_HEADS) < 512:
             _HEADS[kind] = head
     return head
@@ -70,7 +73,7 @@ def _head(kind: Any) -> bytes:
 
 def sse_frame(event: Mapping[str, Any]) -> bytes:
     """One SSE frame: ``event:`` line, one ``data:`` line, blank line."""
-    return _head(event.get("type")) + b"data: " + orjson.dumps(event) + b"\n\n"
+    return _head(event.get("type")) + orjson.dumps(event) + _END
 
 
 def keepalive(comment: str = "keep-alive") -> bytes:
@@ -334,18 +337,23 @@ class Relay:
 
     async def _send(self, events: list[dict[str, Any]], *, start: bool = False) -> None:
         """Stamp, serialize and send a batch in one write; commit only after it was sent."""
-        out: list[bytes] = []
         seq = self.sequence
         sent = set(self._sent_types)
         if "response.created" not in sent and (events or start):
             # every client needs response.created first: make one if upstream sent none yet
             first = events[0]["type"] if events else ""
             if first != "response.created":
-                for kind in ("response.created", "response.in_progress"):
-                    out.append(self._frame({"type": kind, "response": self._lifecycle_snapshot(None)}, seq))
-                    seq += 1
-                    sent.add(kind)
-        for event in events:
+                made = [
+                    {"type": kind, "response": self._lifecycle_snapshot(None)}
+                    for kind in ("response.created", "response.in_progress")
+                ]
+                events = made + events
+        out: list[bytes] = []
+        append = out.append
+        dumps = orjson.dumps
+        heads = _HEADS
+        limit = self._max_event
+        for event in events:  # every event here is the funnel's own copy
             kind = event["type"]
             if kind in _LIFECYCLE:
                 if kind in sent:
@@ -353,24 +361,24 @@ class Relay:
                 if kind == "response.in_progress" and "response.created" not in sent:
                     continue
                 sent.add(kind)
-            out.append(self._frame(event, seq))
+            event["sequence_number"] = seq
+            head = heads.get(kind) or _head(kind)
+            body = dumps(event)
+            if len(head) + len(body) + 2 > limit:
+                raise LimitExceededError(
+                    f"stream event exceeded {limit} bytes; raise max_event_bytes if this is expected",
+                    code="event_bytes",
+                    stage="relay",
+                )
+            append(head)
+            append(body)
+            append(_END)
             seq += 1
         if not out:
             return
         await self._sink.send(b"".join(out))
         self.sequence = seq
         self._sent_types = sent
-
-    def _frame(self, event: dict[str, Any], seq: int) -> bytes:
-        event["sequence_number"] = seq  # every event here is the funnel's own copy
-        data = sse_frame(event)
-        if len(data) > self._max_event:
-            raise LimitExceededError(
-                f"stream event exceeded {self._max_event} bytes; raise max_event_bytes if this is expected",
-                code="event_bytes",
-                stage="relay",
-            )
-        return data
 
 
 @pipable_operator
