@@ -84,7 +84,6 @@ class Normalizer:
             frame.data = data
             frame.spec = spec
             frame.line = line_no
-            frame.malformed = None
             append(frame)
         return out
 

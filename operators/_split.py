@@ -86,16 +86,19 @@ class LineSplitter:
                 chunk = chunk[1:]
                 if not chunk:
                     return []
-        buf = self._tail + chunk if self._tail else chunk
-        if b"\r" in buf:
+        size = len(self._tail) + len(chunk)
+        if b"\r" in chunk:
+            buf = self._tail + chunk  # the tail holds no line end: it cannot hold a CR
             parts = _LINE_END.split(buf)
             if buf[-1:] == b"\r":
                 self._skip_lf = True
         else:
-            parts = buf.split(b"\n")
+            parts = chunk.split(b"\n")
+            if self._tail:  # the unterminated line goes on in this chunk: join only that line
+                parts[0] = self._tail + parts[0]
         tail = parts.pop()
         out: list[SseLine] = []
-        if len(buf) <= self._max:
+        if size <= self._max:
             self._fast(parts, out)
         else:
             for raw in parts:
