@@ -99,7 +99,6 @@ class ParsedFrame(Frame):
 
     __slots__ = ()
     __init__ = object.__init__
-    malformed = None  # parsed, so never malformed: one store less per token (read-only)
 
 
 # ---- the catalogue ------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class Normalizer:
             frame.data = data
             frame.spec = spec
             frame.line = line_no
+            frame.malformed = None
             append(frame)
         return out
 

@@ -77,3 +77,15 @@ def test_every_shape_is_classified_the_same_on_and_off_the_fast_path() -> None:
     assert (f.type, f.spec.action, f.malformed) == ("vendor.thing", Action.OTHER, None)
     f = norm('{"output_index":0,"delta":"x"}')
     assert (f.type, f.spec.action, f.malformed) == ("", Action.OTHER, None)
+
+
+def test_frames_from_the_fast_path_behave_like_any_frame() -> None:
+    import copy
+    import pickle
+
+    from operators import Frame
+
+    f = norm('{"type":"response.output_text.delta","output_index":0,"item_id":"m","delta":"x"}')
+    assert isinstance(f, Frame) and f.malformed is None
+    for twin in (copy.copy(f), copy.deepcopy(f), pickle.loads(pickle.dumps(f))):
+        assert (twin.type, twin.data, twin.spec, twin.line, twin.malformed) == (f.type, f.data, f.spec, f.line, None)
