@@ -147,8 +147,7 @@ class Folder:
         run_field: str | None = None
         run_part: Any = None
         run_chunks: list[str] = []
-        run_slot: Slot | None = None
-        run_fill = False  # the item's id was made up here: frames that name no item get it
+        run_fill: str | None = None  # the id made up here, for the run's frames that name none
         frame: Frame | None = None
         try:
             for frame in frames:
@@ -181,8 +180,8 @@ class Folder:
                         if slot.generated and spec.needs_item_id and not data.get("item_id"):
                             data["item_id"] = slot.current().get("id", "")
                         continue
-                    run_spec, run_index, run_slot = spec, data["output_index"], slot
-                    run_fill = slot.generated and spec.needs_item_id
+                    run_spec, run_index = spec, data["output_index"]
+                    run_fill = slot.current().get("id", "") if slot.generated and spec.needs_item_id else None
                     run_field = spec.index_field
                     run_part = None if run_field is None else data.get(run_field, 0)
                     run_chunks = buffer(building, data)
@@ -192,9 +191,8 @@ class Folder:
                 if retained > limit:
                     self._retained = retained
                     self._charge_bytes(0, frame)
-                if run_fill and not data.get("item_id"):
-                    assert run_slot is not None
-                    data["item_id"] = run_slot.current().get("id", "")  # frames name the made-up id
+                if run_fill is not None and not data.get("item_id"):
+                    data["item_id"] = run_fill  # frames name the made-up id
         except RespflowError as exc:
             exc.partial = frames[: frames.index(frame)] if frame is not None else []
             raise
