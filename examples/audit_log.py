@@ -15,8 +15,8 @@ from typing import IO
 
 import orjson
 
-from flows import Graph, decode
-from operators import Frame, Response, Validation, each
+from respflow.flows import Graph, decode
+from respflow.operators import Frame, Response, Validation, each
 
 
 def audited_graph(log: IO[bytes]) -> Graph:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from flows import decode
-from operators import Response, Validation
+from respflow.flows import decode
+from respflow.operators import Response, Validation
 
 
 def collect_recording(path: str) -> Response:

@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from flows import Graph, body_bytes, default_client, live, open_stream, sse_body
-from operators import Frame, Response, lift
-from sinks import Sink
+from respflow.flows import Graph, body_bytes, default_client, live, open_stream, sse_body
+from respflow.operators import Frame, Response, lift
+from respflow.sinks import Sink
 
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 MASK = "[email]"

@@ -8,13 +8,13 @@
   `simulator_app` — the built-in upstream.
 """
 
-from flows._drivers import collect, decode, live, sse_body
-from flows._gateway import Gateway, gateway_app
-from flows._gateway_tools import GatewayTool
-from flows._graph import STANDARD_STEPS, Graph, GraphRun
-from flows._runner import BatchQueue, CorePool, Placement, Strand, batches
-from flows._simulator import simulator_app
-from flows._transport import body_bytes, default_client, open_stream
+from respflow.flows._drivers import collect, decode, live, sse_body
+from respflow.flows._gateway import Gateway, gateway_app
+from respflow.flows._gateway_tools import GatewayTool
+from respflow.flows._graph import STANDARD_STEPS, Graph, GraphRun
+from respflow.flows._runner import BatchQueue, CorePool, Placement, Strand, batches
+from respflow.flows._simulator import simulator_app
+from respflow.flows._transport import body_bytes, default_client, open_stream
 
 __all__ = [
     "STANDARD_STEPS",

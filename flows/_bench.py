@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from operators import AgentPipeline, LineSplitter, Validation
+from respflow.operators import AgentPipeline, LineSplitter, Validation
 
 READ_SIZE = 16 << 10
 
@@ -99,8 +99,8 @@ def relay(chunks: list[bytes]) -> int:
     """The core plus translate and the relay, collecting the client SSE bytes."""
     import asyncio
 
-    from flows._drivers import live
-    from sinks import CollectSink
+    from respflow.flows._drivers import live
+    from respflow.sinks import CollectSink
 
     sink = CollectSink()
     asyncio.run(live(chunks, sink, response_id="resp_gw", placement="inline"))

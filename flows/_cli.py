@@ -9,8 +9,8 @@ from typing import BinaryIO
 
 import orjson
 
-from flows._drivers import decode
-from operators import RespflowError, ToolRegistry, Validation
+from respflow.flows._drivers import decode
+from respflow.operators import RespflowError, ToolRegistry, Validation
 
 _READ = 64 << 10
 
@@ -95,8 +95,8 @@ def _fold(args: argparse.Namespace) -> int:
 def _relay(args: argparse.Namespace) -> int:
     import asyncio
 
-    from flows._drivers import live
-    from sinks import StreamSink
+    from respflow.flows._drivers import live
+    from respflow.sinks import StreamSink
 
     tools = _load_tools(args.tools)
     validation = Validation.STRICT if args.strict else Validation.LENIENT
@@ -119,7 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from flows._serve import serve
+    from respflow.flows._serve import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -129,13 +129,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from flows._bench import run_core_bench
+    from respflow.flows._bench import run_core_bench
 
     print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)
     rows = run_core_bench(quick=args.quick)
     placement: list[dict[str, object]] = []
     if args.placement:
-        from flows._placement import format_placement, run_placement_bench
+        from respflow.flows._placement import format_placement, run_placement_bench
 
         print("respflow bench: placement (this takes a minute or two)", file=sys.stderr)
         placement = run_placement_bench(quick=args.quick)

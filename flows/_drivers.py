@@ -16,9 +16,9 @@ from typing import Any
 
 from aiostream import stream
 
-from flows._graph import Graph, GraphRun
-from flows._runner import Placement, batches
-from operators import (
+from respflow.flows._graph import Graph, GraphRun
+from respflow.flows._runner import Placement, batches
+from respflow.operators import (
     Limits,
     RelayError,
     RespflowError,
@@ -27,7 +27,7 @@ from operators import (
     Translation,
     Validation,
 )
-from sinks import ChannelSink, Relay, Sink, relayed
+from respflow.sinks import ChannelSink, Relay, Sink, relayed
 
 
 def _graph(

@@ -33,7 +33,7 @@ from starlette.responses import Response as HttpResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from flows._gateway_tools import (
+from respflow.flows._gateway_tools import (
     Executor,
     GatewayTool,
     McpServer,
@@ -43,10 +43,10 @@ from flows._gateway_tools import (
     mcp_call_item,
     run_calls,
 )
-from flows._graph import Graph, GraphRun
-from flows._runner import Placement, batches
-from flows._transport import body_bytes, default_client, open_stream
-from operators import (
+from respflow.flows._graph import Graph, GraphRun
+from respflow.flows._runner import Placement, batches
+from respflow.flows._transport import body_bytes, default_client, open_stream
+from respflow.operators import (
     Limits,
     RelayError,
     RequestError,
@@ -58,7 +58,7 @@ from operators import (
     UpstreamError,
     Validation,
 )
-from sinks import Relay, Sink, relayed
+from respflow.sinks import Relay, Sink, relayed
 
 log = logging.getLogger("respflow")
 

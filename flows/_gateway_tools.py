@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from operators._tools import GATEWAY_LABEL, fnv1a_hex, mcp_function_name
+from respflow.operators._tools import GATEWAY_LABEL, fnv1a_hex, mcp_function_name
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 

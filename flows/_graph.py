@@ -15,7 +15,7 @@ from typing import Any
 from reactivex import Observable
 from reactivex.subject import Subject
 
-from operators import (
+from respflow.operators import (
     AgentPipeline,
     Frame,
     Limits,

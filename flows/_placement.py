@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
-from flows._drivers import live
-from flows._runner import Placement
+from respflow.flows._drivers import live
+from respflow.flows._runner import Placement
 
 
 def _event(i: int, item: str) -> bytes:

@@ -24,8 +24,8 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from typing import Any, Literal, TypeVar
 
-from flows._graph import GraphRun
-from operators import Translation, UpstreamError
+from respflow.flows._graph import GraphRun
+from respflow.operators import Translation, UpstreamError
 
 Placement = Literal["worker", "inline"]
 T = TypeVar("T")

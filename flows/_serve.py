@@ -11,10 +11,10 @@ from typing import Any
 
 import uvicorn
 
-from flows._gateway import Gateway, gateway_app
-from flows._gateway_tools import GatewayTool
-from flows._runner import Placement
-from flows._simulator import simulator_app
+from respflow.flows._gateway import Gateway, gateway_app
+from respflow.flows._gateway_tools import GatewayTool
+from respflow.flows._runner import Placement
+from respflow.flows._simulator import simulator_app
 
 log = logging.getLogger("respflow")
 

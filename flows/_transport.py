@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
-from operators import UpstreamError
+from respflow.operators import UpstreamError
 
 ERROR_BODY_BYTES = 4096
 """How much of an upstream error body is read (and at most 300 characters are shown)."""

@@ -4,8 +4,8 @@
 ``flush`` (no I/O, no threads, no clocks), composed by `AgentPipeline`.
 """
 
-from operators._config import Limits
-from operators._errors import (
+from respflow.operators._config import Limits
+from respflow.operators._errors import (
     FramingError,
     LimitExceededError,
     ProtocolError,
@@ -15,17 +15,17 @@ from operators._errors import (
     TranslateError,
     UpstreamError,
 )
-from operators._fold import Folder, Slot
-from operators._frames import Action, EventSpec, Frame, Validation
-from operators._items import KINDS, KindSpec, OutputItem
-from operators._normalize import Normalizer
-from operators._pipeline import AgentPipeline, Translation
-from operators._response import Response, Usage
-from operators._rx import Operator, Stage, each, lift, pipe
-from operators._split import LineSplitter, SseLine
-from operators._tools import ToolKind, ToolRegistry, ToolRoute
-from operators._translate import InputDecoder, Translator
-from operators._validate import Validator
+from respflow.operators._fold import Folder, Slot
+from respflow.operators._frames import Action, EventSpec, Frame, Validation
+from respflow.operators._items import KINDS, KindSpec, OutputItem
+from respflow.operators._normalize import Normalizer
+from respflow.operators._pipeline import AgentPipeline, Translation
+from respflow.operators._response import Response, Usage
+from respflow.operators._rx import Operator, Stage, each, lift, pipe
+from respflow.operators._split import LineSplitter, SseLine
+from respflow.operators._tools import ToolKind, ToolRegistry, ToolRoute
+from respflow.operators._translate import InputDecoder, Translator
+from respflow.operators._validate import Validator
 
 __all__ = [
     "KINDS",

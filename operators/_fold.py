@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from operators._errors import LimitExceededError, ProtocolError, RespflowError
-from operators._frames import Action, EventSpec, Frame
-from operators._items import Building, KindSpec, kind_spec, new_id
-from operators._response import Response
+from respflow.operators._errors import LimitExceededError, ProtocolError, RespflowError
+from respflow.operators._frames import Action, EventSpec, Frame
+from respflow.operators._items import Building, KindSpec, kind_spec, new_id
+from respflow.operators._response import Response
 
 # enum members bound once: `Action.X` is a slow lookup on the per-token path
 _COMPLETE = Action.COMPLETE

@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from operators._errors import ProtocolError
-from operators._frames import CATALOGUE, OTHER, RENAMES, EventSpec, Frame, ParsedFrame
-from operators._split import SseLine
+from respflow.operators._errors import ProtocolError
+from respflow.operators._frames import CATALOGUE, OTHER, RENAMES, EventSpec, Frame, ParsedFrame
+from respflow.operators._split import SseLine
 
 
 class Normalizer:

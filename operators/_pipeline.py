@@ -12,16 +12,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators._config import Limits
-from operators._errors import RespflowError
-from operators._fold import Folder
-from operators._frames import Frame, Validation
-from operators._normalize import Normalizer
-from operators._response import Response
-from operators._split import SseLine
-from operators._tools import ToolRegistry
-from operators._translate import Translator
-from operators._validate import Validator
+from respflow.operators._config import Limits
+from respflow.operators._errors import RespflowError
+from respflow.operators._fold import Folder
+from respflow.operators._frames import Frame, Validation
+from respflow.operators._normalize import Normalizer
+from respflow.operators._response import Response
+from respflow.operators._split import SseLine
+from respflow.operators._tools import ToolRegistry
+from respflow.operators._translate import Translator
+from respflow.operators._validate import Validator
 
 
 @dataclass(slots=True)

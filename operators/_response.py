@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from operators._items import OutputItem
+from respflow.operators._items import OutputItem
 
 
 class _Open(BaseModel):

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 from reactivex import Observable, abc
 
-from operators._errors import RespflowError
+from respflow.operators._errors import RespflowError
 
 A = TypeVar("A")
 B = TypeVar("B")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 import re
 
-from operators._errors import FramingError
+from respflow.operators._errors import FramingError
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DONE = b"[DONE]"

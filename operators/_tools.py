@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from operators._errors import TranslateError
+from respflow.operators._errors import TranslateError
 
 NAMESPACE_PREFIX = "agentic_ns__"
 GATEWAY_LABEL = "gateway"

@@ -28,12 +28,18 @@ from typing import Any
 
 import orjson
 
-from operators._config import Limits
-from operators._errors import LimitExceededError, RespflowError, TranslateError
-from operators._fold import Folder
-from operators._frames import Frame
-from operators._response import Response
-from operators._tools import ToolKind, ToolRegistry, ToolRoute, custom_id, input_from_arguments
+from respflow.operators._config import Limits
+from respflow.operators._errors import LimitExceededError, RespflowError, TranslateError
+from respflow.operators._fold import Folder
+from respflow.operators._frames import Frame
+from respflow.operators._response import Response
+from respflow.operators._tools import (
+    ToolKind,
+    ToolRegistry,
+    ToolRoute,
+    custom_id,
+    input_from_arguments,
+)
 
 _ADDED = "response.output_item.added"
 _DONE = "response.output_item.done"

@@ -31,9 +31,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from operators._errors import ProtocolError
-from operators._frames import Action, EventSpec, Frame, Validation
-from operators._items import KINDS, OUTPUT_ITEM, known_kind
+from respflow.operators._errors import ProtocolError
+from respflow.operators._frames import Action, EventSpec, Frame, Validation
+from respflow.operators._items import KINDS, OUTPUT_ITEM, known_kind
 
 # enum members bound once: `Action.X` is a slow lookup on the per-token path
 _A_COMPLETE = Action.COMPLETE

@@ -1,8 +1,8 @@
 """Where frames go: the relay (the one emit funnel to a client, and `relayed`, its aiostream
 operator), and simple sinks."""
 
-from sinks._basic import CallbackSink, ChannelSink, CollectSink, NullSink, StreamSink
-from sinks._relay import Relay, Sink, defer_order, keepalive, relayed, sse_frame
+from respflow.sinks._basic import CallbackSink, ChannelSink, CollectSink, NullSink, StreamSink
+from respflow.sinks._relay import Relay, Sink, defer_order, keepalive, relayed, sse_frame
 
 __all__ = [
     "CallbackSink",

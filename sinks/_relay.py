@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import orjson
 from aiostream import pipable_operator, streamcontext
 
-from operators import (
+from respflow.operators import (
     Frame,
     LimitExceededError,
     Limits,

@@ -11,7 +11,7 @@ import openai
 import orjson
 from openai.types.responses import Response as OpenAIResponse
 
-from operators import AgentPipeline, LineSplitter, Response, SseLine, Validation
+from respflow.operators import AgentPipeline, LineSplitter, Response, SseLine, Validation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = sorted(p.name for p in FIXTURES.glob("*.sse"))

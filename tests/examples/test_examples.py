@@ -12,8 +12,8 @@ import httpx
 from examples.audit_log import audit_recording
 from examples.collect_recording import collect_recording
 from examples.redacting_app import EmailRedactor, chat_app, redact
-from flows import simulator_app
-from operators import Frame
+from respflow.flows import simulator_app
+from respflow.operators import Frame
 from tests._support import FIXTURES
 from tests.integration.servers import serve
 

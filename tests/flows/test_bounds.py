@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from flows import BatchQueue, Graph, GraphRun, Strand, batches
-from flows._placement import _stream_reads
+from respflow.flows import BatchQueue, Graph, GraphRun, Strand, batches
+from respflow.flows._placement import _stream_reads
 
 
 def test_batch_queue_is_bounded_in_entries_and_bytes() -> None:

@@ -12,7 +12,7 @@ from tests._support import FIXTURES, completed, created, in_progress, sse, text_
 
 def respflow(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "flows._cli", *args], input=stdin, capture_output=True, timeout=60, check=False
+        [sys.executable, "-m", "respflow", *args], input=stdin, capture_output=True, timeout=60, check=False
     )
 
 
@@ -96,7 +96,7 @@ def test_a_bad_tools_file_is_an_error(tmp_path: Path) -> None:
 
 def test_bench_prints_its_table_as_json() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "flows._cli", "bench", "--quick", "--json"], capture_output=True, timeout=120, check=False
+        [sys.executable, "-m", "respflow", "bench", "--quick", "--json"], capture_output=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["core"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from flows import CorePool, Graph, collect, decode, live
-from operators import AgentPipeline, LineSplitter, ToolRegistry, Validation, each
-from sinks import CollectSink
+from respflow.flows import CorePool, Graph, collect, decode, live
+from respflow.operators import AgentPipeline, LineSplitter, ToolRegistry, Validation, each
+from respflow.sinks import CollectSink
 from tests._support import AUTHORED, RECORDED, fixture_bytes, sidecar
 
 
@@ -63,7 +63,7 @@ def test_every_driver_agrees_with_the_synchronous_core(name: str) -> None:
 def test_graph_frames_equal_the_core_frames_for_any_batching() -> None:
     body = fixture_bytes("tool-call-auto-qwen3-30b.sse")
     ref_frames, _ = reference(body, None)
-    from flows import GraphRun
+    from respflow.flows import GraphRun
 
     for seed in range(5):
         run = GraphRun(Graph(response_id="resp_gw"))
@@ -107,7 +107,7 @@ def test_a_failing_user_operator_reaches_the_client_as_an_error_event() -> None:
 
     graph = Graph(response_id="resp_gw").splice("boom", each(boom, name="boom"), after="translate")
     sink = CollectSink()
-    from operators import RespflowError
+    from respflow.operators import RespflowError
 
     with pytest.raises(RespflowError) as info:
         asyncio.run(live([fixture_bytes("text-openai-gpt-4o.sse")], sink, graph=graph, placement="inline"))
@@ -140,7 +140,7 @@ def test_worker_placement_runs_the_core_on_the_pool_and_releases_it() -> None:
 
 @pytest.mark.parametrize("placement", ["worker", "inline"])
 def test_strict_collect_raises_the_typed_error_with_partial_frames_delivered(placement: str) -> None:
-    from operators import ProtocolError
+    from respflow.operators import ProtocolError
 
     body = fixture_bytes("tool-call-auto-qwen3-30b.sse")
     with pytest.raises(ProtocolError) as info:

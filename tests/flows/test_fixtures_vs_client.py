@@ -17,8 +17,8 @@ import openai
 import pytest
 from openai.types.responses import Response as OpenAIResponse
 
-from flows import decode
-from operators import Validation
+from respflow.flows import decode
+from respflow.operators import Validation
 from tests._support import AUTHORED, RECORDED, client_final_response, fixture_bytes
 
 
@@ -90,7 +90,7 @@ STRICT_REFUSES = {
 
 @pytest.mark.parametrize("name", RECORDED + AUTHORED)
 def test_strict_and_lenient_agree_where_strict_accepts(name: str) -> None:
-    from operators import ProtocolError
+    from respflow.operators import ProtocolError
 
     body = fixture_bytes(name)
     lenient = decode(body, validation=Validation.LENIENT, response_id="resp_x").to_dict()

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from flows import decode, live
-from operators import ToolRegistry, Validation
-from sinks import CollectSink
+from respflow.flows import decode, live
+from respflow.operators import ToolRegistry, Validation
+from respflow.sinks import CollectSink
 from tests._support import AUTHORED, RECORDED, client_final_response, fixture_bytes, sidecar
 
 
@@ -74,7 +74,7 @@ def test_relay_cli_prints_sse() -> None:
     from tests._support import FIXTURES
 
     result = subprocess.run(
-        [sys.executable, "-m", "flows._cli", "relay", str(FIXTURES / "text-openai-gpt-4o.sse"), "--response-id", "resp_cli"],
+        [sys.executable, "-m", "respflow", "relay", str(FIXTURES / "text-openai-gpt-4o.sse"), "--response-id", "resp_cli"],
         capture_output=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr

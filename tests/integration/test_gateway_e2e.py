@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from flows import Gateway, GatewayTool, gateway_app, simulator_app
+from respflow.flows import Gateway, GatewayTool, gateway_app, simulator_app
 from tests.integration.servers import UpstreamScript, mcp_app, serve, upstream_app, wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -219,7 +219,7 @@ def test_upstream_cut_mid_stream_gives_an_error_event() -> None:
 
 
 def test_client_disconnect_closes_the_upstream_request() -> None:
-    from flows._bench import synthetic_stream
+    from respflow.flows._bench import synthetic_stream
 
     script = UpstreamScript()
     script.body, script.chunk, script.pace = synthetic_stream(items=3, deltas=400), 512, 0.005  # ≈ 15 s
@@ -309,8 +309,8 @@ def test_a_continuation_turn_with_a_custom_tool_output(stack: dict[str, str]) ->
 
 
 def test_customize_splices_into_every_rounds_graph_and_finishes_the_response() -> None:
-    from flows import Graph
-    from operators import Frame, Response, each
+    from respflow.flows import Graph
+    from respflow.operators import Frame, Response, each
 
     seen: list[str] = []
 

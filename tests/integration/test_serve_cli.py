@@ -19,7 +19,7 @@ def test_respflow_serve_works_on_the_builtin_simulator() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows._cli", "serve", "--port", str(port), "--pace", "0"],
+        [sys.executable, "-m", "respflow", "serve", "--port", str(port), "--pace", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from flows import CorePool, collect, live
-from flows._transport import body_bytes, default_client, open_stream
-from operators import Limits, ProtocolError, UpstreamError
-from sinks import CollectSink
+from respflow.flows import CorePool, collect, live
+from respflow.flows._transport import body_bytes, default_client, open_stream
+from respflow.operators import Limits, ProtocolError, UpstreamError
+from respflow.sinks import CollectSink
 from tests._support import fixture_bytes
 from tests.integration.servers import UpstreamScript, serve, upstream_app, wait_for
 
@@ -120,7 +120,7 @@ def test_a_consumer_that_stops_closes_the_upstream_and_frees_the_core(upstream: 
 
 
 def test_a_stalled_client_aborts_the_stream(upstream: tuple[UpstreamScript, str]) -> None:
-    from operators import RelayError
+    from respflow.operators import RelayError
 
     script, url = upstream
     script.mode = "flood"
@@ -207,8 +207,8 @@ def test_an_upstream_that_ignores_stream_and_sends_json_is_not_lost() -> None:
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from flows import decode
-    from operators import Validation
+    from respflow.flows import decode
+    from respflow.operators import Validation
     from tests._support import fixture_bytes
 
     final = decode(fixture_bytes("function-call-vllm-gemma4.sse"), validation=Validation.LENIENT).to_dict()

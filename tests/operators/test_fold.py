@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from operators import LimitExceededError, Limits, Validation
+from respflow.operators import LimitExceededError, Limits, Validation
 from tests._support import (
     added,
     args_delta,
@@ -123,7 +123,7 @@ def test_retained_bytes_are_bounded() -> None:
     ],
 )
 def test_fields_the_response_cannot_hold_are_a_typed_error(events: list[dict[str, Any]], where: str, index: int | None) -> None:
-    from operators import ProtocolError
+    from respflow.operators import ProtocolError
 
     with pytest.raises(ProtocolError) as info:
         run(*events, validation=LENIENT)
@@ -132,7 +132,7 @@ def test_fields_the_response_cannot_hold_are_a_typed_error(events: list[dict[str
 
 
 def test_invalid_response_names_the_output_index_even_after_a_dropped_item() -> None:
-    from operators import ProtocolError
+    from respflow.operators import ProtocolError
 
     unfinished_search = added({"type": "web_search_call", "id": "ws_1", "status": "in_progress"}, 0)  # dropped at EOF
     with pytest.raises(ProtocolError) as info:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operators import Action, Normalizer
+from respflow.operators import Action, Normalizer
 
 
 def norm(data: str):  # type: ignore[no-untyped-def]
@@ -56,7 +56,7 @@ def test_malformed_payloads_are_flagged_not_raised() -> None:
 def test_renamed_vllm_events_get_the_same_checks() -> None:
     import pytest
 
-    from operators import ProtocolError
+    from respflow.operators import ProtocolError
 
     with pytest.raises(ProtocolError) as info:
         norm('{"type":"response.reasoning_part.added","output_index":-1,"item_id":"r","content_index":0,"part":{}}')
@@ -83,7 +83,7 @@ def test_frames_from_the_fast_path_behave_like_any_frame() -> None:
     import copy
     import pickle
 
-    from operators import Frame
+    from respflow.operators import Frame
 
     f = norm('{"type":"response.output_text.delta","output_index":0,"item_id":"m","delta":"x"}')
     assert isinstance(f, Frame) and f.malformed is None

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import FramingError, LineSplitter, SseLine
+from respflow.operators import FramingError, LineSplitter, SseLine
 
 
 def split_all(*chunks: bytes, max_line_bytes: int = 1 << 20) -> tuple[list[SseLine], bool]:

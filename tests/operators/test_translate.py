@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import (
+from respflow.operators import (
     AgentPipeline,
     InputDecoder,
     LimitExceededError,
@@ -19,7 +19,7 @@ from operators import (
     TranslateError,
     Validation,
 )
-from operators._tools import flat_name, fnv1a_hex
+from respflow.operators._tools import flat_name, fnv1a_hex
 from tests._support import (
     added,
     args_delta,

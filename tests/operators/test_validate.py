@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from operators import ProtocolError, Validation
+from respflow.operators import ProtocolError, Validation
 from tests._support import (
     added,
     args_delta,
@@ -234,7 +234,7 @@ def test_malformed_data_is_rejected_strictly_and_skipped_leniently(payload: str)
 
 
 def test_invalid_utf8_is_rejected_strictly_and_skipped_leniently() -> None:
-    from flows import decode
+    from respflow.flows import decode
     from tests._support import sse
 
     bad = b'data: {"type":"\xff"}\n\n'
@@ -308,7 +308,7 @@ def test_status_must_match_the_lifecycle_event() -> None:
 
 
 def test_lenient_counts_what_it_skipped_and_ignored() -> None:
-    from operators import AgentPipeline
+    from respflow.operators import AgentPipeline
     from tests._support import lines
 
     pipeline = AgentPipeline(validation=LENIENT)

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import AgentPipeline, RespflowError, Validation
+from respflow.operators import AgentPipeline, RespflowError, Validation
 from tests._support import added, completed, created, done, fcall, in_progress, lines, message
 
 _TEXT = st.text(alphabet="ab é\n{}\"", max_size=6)

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flows import decode
-from operators import LineSplitter, SseLine, Validation
+from respflow.flows import decode
+from respflow.operators import LineSplitter, SseLine, Validation
 from tests._support import RECORDED, client_final_response, fixture_bytes, sse
 from tests.flows.test_fixtures_vs_client import content_of
 from tests.property.strategies import valid_streams
@@ -66,7 +66,7 @@ def test_cr_lf_and_crlf_agree(name: str, ending: bytes, cuts: list[int]) -> None
 @settings(max_examples=150, deadline=None)
 @given(stream=valid_streams(), cuts=st.lists(st.integers(0, 1 << 16), max_size=30))
 def test_lenient_accepts_what_strict_accepts_with_the_same_frames_and_response(stream: list[dict[str, Any]], cuts: list[int]) -> None:
-    from operators import AgentPipeline
+    from respflow.operators import AgentPipeline
 
     body = sse(*stream)
     strict = decode(chunked(body, cuts), validation=Validation.STRICT, response_id="r")
@@ -101,7 +101,7 @@ def test_one_pass_fold_equals_the_official_clients_final_response(stream: list[d
 @settings(max_examples=200, deadline=None)
 @given(garbage=st.lists(st.binary(max_size=64) | st.sampled_from([b"data: {}\n\n", b"data: [DONE]\n", b"\r", b"\n", b"data: {\"type\":\"response.created\"}\n\n"]), max_size=20))
 def test_malformed_input_gives_a_typed_error_or_a_response(garbage: list[bytes]) -> None:
-    from operators import RespflowError
+    from respflow.operators import RespflowError
 
     for policy in (Validation.STRICT, Validation.LENIENT):
         try:
@@ -141,9 +141,9 @@ def _events(draw: st.DrawFn) -> dict[str, Any]:
 def test_any_json_events_give_a_typed_error_or_a_response(events: list[dict[str, Any]]) -> None:
     import asyncio
 
-    from flows import live
-    from operators import RespflowError, ToolRegistry
-    from sinks import CollectSink
+    from respflow.flows import live
+    from respflow.operators import RespflowError, ToolRegistry
+    from respflow.sinks import CollectSink
 
     body = sse(*events)
     tools = ToolRegistry([{"type": "custom", "name": "x"}, {"type": "web_search"}])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 
-from flows import live, sse_body
-from sinks import CallbackSink, ChannelSink, CollectSink, NullSink, Sink, StreamSink
+from respflow.flows import live, sse_body
+from respflow.sinks import CallbackSink, ChannelSink, CollectSink, NullSink, Sink, StreamSink
 from tests._support import fixture_bytes
 
 BODY = fixture_bytes("text-openai-gpt-4o.sse")

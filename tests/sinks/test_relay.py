@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from flows import decode, live
-from operators import LimitExceededError, Limits, Translation, Validation
-from sinks import CollectSink, Relay, defer_order, keepalive, sse_frame
+from respflow.flows import decode, live
+from respflow.operators import LimitExceededError, Limits, Translation, Validation
+from respflow.sinks import CollectSink, Relay, defer_order, keepalive, sse_frame
 from tests._support import sse
 from tests.property.strategies import valid_streams
 
@@ -266,7 +266,7 @@ def test_an_oversized_event_fails_before_it_is_sent() -> None:
 
 
 def test_error_frame_after_the_frames_before_it() -> None:
-    from operators import ProtocolError
+    from respflow.operators import ProtocolError
 
     added = ev("response.output_item.added", 0, item={"type": "message", "id": "m0", "role": "assistant", "status": "in_progress", "content": []})
     body = sse(CREATED, {"type": "response.in_progress", "response": {"id": "up_1", "status": "in_progress"}}, added, delta(0), "{", delta(0))
@@ -301,7 +301,7 @@ def test_relaying_then_folding_gives_the_same_response(stream: list[dict[str, An
 @settings(max_examples=60, deadline=None)
 @given(stream=valid_streams(call_name="raw_echo", custom=True))
 def test_relaying_custom_tool_calls_then_folding_gives_the_same_response(stream: list[dict[str, Any]]) -> None:
-    from operators import ToolRegistry
+    from respflow.operators import ToolRegistry
 
     tools = [{"type": "custom", "name": "raw_echo"}]
     body = sse(*stream)
