@@ -73,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--placement", action="store_true", help="also run the placement benchmark (inline vs worker)"
     )
+    bench.add_argument(
+        "--serve", action="store_true", help="the serving benchmark instead: respflow serve vs a byte pipe, same run"
+    )
+    bench.add_argument("--streams", default="100,200,500", help="--serve: concurrent stream counts (comma-separated)")
+    bench.add_argument("--rounds", type=int, default=3, help="--serve: rounds per stream count (medians)")
+    bench.add_argument("--rate", type=float, default=20.0, help="--serve: events per second per stream")
+    bench.add_argument("--events", type=int, default=100, help="--serve: text deltas per stream")
+    bench.add_argument(
+        "--capacity", action="store_true", help="--serve: the most streams 1 and 2 workers hold at added p99 ≤ 50 ms"
+    )
+    bench.add_argument("--serve-arg", action="append", default=[], help="--serve: an extra argument for respflow serve")
     return parser
 
 
@@ -116,19 +127,51 @@ def _relay(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
 
-    from respflow.flows._serve import serve
+    from respflow.flows._serve import run_loop, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     demo = args.demo_tools if args.demo_tools is not None else args.upstream is None
-    asyncio.run(serve(upstream=args.upstream, host=args.host, port=args.port, placement=args.placement, pace=args.pace, demo_tools=demo))
+    run_loop(serve(upstream=args.upstream, host=args.host, port=args.port, placement=args.placement, pace=args.pace, demo_tools=demo))
+    return 0
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    from respflow.flows._bench_serve import (
+        format_capacity,
+        format_serve,
+        run_capacity,
+        run_serve_bench,
+    )
+
+    if args.capacity:
+        print("respflow bench --serve --capacity: streams held at added p99 ≤ 50 ms", file=sys.stderr)
+        capacity = run_capacity(rate=args.rate, events=args.events, serve_extra=args.serve_arg)
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps({"capacity": capacity}, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(format_capacity(capacity))
+        return 0
+    streams = [int(n) for n in args.streams.split(",") if n.strip()]
+    if args.quick:
+        streams, args.rounds, args.events = [min(streams)], 1, 40
+    print(
+        f"respflow bench --serve: {args.rate:g} events/s x {args.events} per stream, {args.rounds} round(s); "
+        "CPU of the proxy process tree per event received",
+        file=sys.stderr,
+    )
+    rows = run_serve_bench(streams=streams, rate=args.rate, events=args.events, rounds=args.rounds, serve_extra=args.serve_arg)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps({"serve": rows}, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(format_serve(rows))
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.serve:
+        return _bench_serve(args)
     from respflow.flows._bench import run_core_bench
 
     print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)

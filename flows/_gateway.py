@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
-import httpx
 import orjson
 from aiostream import stream
 from starlette.applications import Starlette
@@ -45,7 +44,7 @@ from respflow.flows._gateway_tools import (
 )
 from respflow.flows._graph import Graph, GraphRun
 from respflow.flows._runner import Placement, batches
-from respflow.flows._transport import body_bytes, default_client, open_stream
+from respflow.flows._transport import Upstream, default_client
 from respflow.operators import (
     Limits,
     RelayError,
@@ -103,7 +102,7 @@ class Gateway:
         upstream: str,
         *,
         tools: Sequence[GatewayTool] = (),
-        client: httpx.AsyncClient | None = None,
+        client: Upstream | None = None,
         limits: Limits | None = None,
         placement: Placement = "worker",
         max_rounds: int = 10,
@@ -309,9 +308,9 @@ class Gateway:
         return response, rounds
 
     async def _round(self, graph: Graph, request: Mapping[str, Any], headers: Mapping[str, str], relay: Relay | None) -> Response:
-        http = await open_stream(self.client, self.upstream, request, headers=headers)
+        http = await self.client.open(self.upstream, request, headers=headers)
         reads = batches(
-            body_bytes(http),
+            http,
             GraphRun(graph),
             placement=self.placement,
             read_timeout=self.limits.read_timeout,

@@ -22,7 +22,7 @@ import collections
 import concurrent.futures
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from respflow.flows._graph import GraphRun
 from respflow.operators import Translation, UpstreamError
@@ -119,7 +119,12 @@ class Strand:
 
 
 class BatchQueue:
-    """An asyncio queue bounded in entries AND bytes. ``put`` waits while it is full."""
+    """An asyncio queue bounded in entries AND bytes, for one producer and one consumer.
+
+    ``put`` waits while it is full (an item larger than the byte bound still goes in alone, so
+    nothing deadlocks); ``get`` waits while it is empty. A waiting side is woken only when the
+    other side changed what it waits for — one future set, no lock, no ``notify_all``.
+    """
 
     def __init__(self, *, max_entries: int, max_bytes: int) -> None:
         if max_entries < 1 or max_bytes < 1:
@@ -128,68 +133,144 @@ class BatchQueue:
         self._bytes = 0
         self._max_entries = max_entries
         self._max_bytes = max_bytes
-        self._changed = asyncio.Condition()
+        self._getter: asyncio.Future[None] | None = None
+        self._putter: asyncio.Future[None] | None = None
         self.peak_entries = 0
         self.peak_bytes = 0
+        self.parked = 0.0
+        """Seconds ``put`` spent waiting on a full queue (backpressure)."""
 
     def __len__(self) -> int:
         return len(self._items)
 
+    def _full(self, size: int) -> bool:
+        items = self._items
+        return bool(items) and (len(items) >= self._max_entries or self._bytes + size > self._max_bytes)
+
     async def put(self, item: object, size: int) -> None:
-        async with self._changed:
-            # an item larger than the byte bound still goes in alone, so nothing deadlocks
-            await self._changed.wait_for(
-                lambda: not self._items
-                or (len(self._items) < self._max_entries and self._bytes + size <= self._max_bytes)
-            )
-            self._items.append((item, size))
-            self._bytes += size
-            self.peak_entries = max(self.peak_entries, len(self._items))
-            self.peak_bytes = max(self.peak_bytes, self._bytes)
-            self._changed.notify_all()
+        if self._full(size):
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                while self._full(size):
+                    self._putter = loop.create_future()
+                    await self._putter
+            finally:
+                self._putter = None
+                self.parked += loop.time() - started
+        items = self._items
+        items.append((item, size))
+        self._bytes += size
+        if len(items) > self.peak_entries:
+            self.peak_entries = len(items)
+        if self._bytes > self.peak_bytes:
+            self.peak_bytes = self._bytes
+        getter = self._getter
+        if getter is not None and not getter.done():
+            getter.set_result(None)
 
     async def get(self) -> object:
-        async with self._changed:
-            await self._changed.wait_for(lambda: bool(self._items))
-            item, size = self._items.popleft()
-            self._bytes -= size
-            self._changed.notify_all()
-            return item
+        items = self._items
+        if not items:
+            try:
+                while not items:
+                    self._getter = asyncio.get_running_loop().create_future()
+                    await self._getter
+            finally:
+                self._getter = None
+        item, size = items.popleft()
+        self._bytes -= size
+        putter = self._putter
+        if putter is not None and not putter.done():
+            putter.set_result(None)
+        return item
 
 
-class _End:
-    pass
+class ChunkSource(Protocol):
+    """An upstream body read one arrival at a time: ``read()`` is ``b""`` at the end."""
+
+    async def read(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _IterSource:
+    """Any async (or sync) iterable of chunks as a `ChunkSource`."""
+
+    def __init__(self, chunks: AsyncIterable[bytes]) -> None:
+        self._iterator = aiter(chunks)
+
+    async def read(self) -> bytes:
+        try:
+            while not (chunk := await anext(self._iterator)):
+                pass
+        except StopAsyncIteration:
+            return b""
+        return chunk
+
+    async def aclose(self) -> None:
+        closer = getattr(self._iterator, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def chunk_source(source: AsyncIterable[bytes] | ChunkSource) -> ChunkSource:
+    """``source`` as a `ChunkSource` (one that already is one is used as it is)."""
+    if callable(getattr(source, "read", None)) and callable(getattr(source, "aclose", None)):
+        return source  # type: ignore[return-value]
+    return _IterSource(source)  # type: ignore[arg-type]
+
+
+class _Watchdog:
+    """One timer per stream for the read timeout: a read in progress for ``timeout`` seconds
+    cancels the pump. The pump only writes ``since`` (the loop time its read started, None
+    while it is not reading): time parked on backpressure never counts, no timer per read."""
+
+    __slots__ = ("_handle", "_loop", "_task", "_timeout", "fired", "since")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, task: asyncio.Task[Any]) -> None:
+        self._loop = loop
+        self._timeout = timeout
+        self._task = task
+        self.since: float | None = None
+        self.fired = False
+        self._handle = loop.call_at(loop.time() + timeout, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self.since
+        if since is not None and now - since >= self._timeout:
+            self.fired = True
+            self._task.cancel()
+            return
+        self._handle = self._loop.call_at((since if since is not None else now) + self._timeout, self._check)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+_END = object()
 
 
 class _Failed:
+    __slots__ = ("error",)
+
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
 
-async def _timed_reads(source: AsyncIterable[bytes], read_timeout: float) -> AsyncGenerator[bytes, None]:
-    iterator = aiter(source)
-    while True:
-        try:
-            if read_timeout > 0:
-                async with asyncio.timeout(read_timeout):
-                    chunk = await anext(iterator)
-            else:
-                chunk = await anext(iterator)
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            raise UpstreamError(
-                f"upstream sent nothing for {read_timeout:g} s (read timeout); raise read_timeout "
-                "or set it to 0 if the model legitimately pauses longer",
-                code="upstream_timeout",
-                status=504,
-                stage="transport",
-            ) from None
-        yield chunk
+def _read_timeout_error(read_timeout: float) -> UpstreamError:
+    return UpstreamError(
+        f"upstream sent nothing for {read_timeout:g} s (read timeout); raise read_timeout "
+        "or set it to 0 if the model legitimately pauses longer",
+        code="upstream_timeout",
+        status=504,
+        stage="transport",
+    )
 
 
 async def batches(
-    source: AsyncIterable[bytes],
+    source: AsyncIterable[bytes] | ChunkSource,
     run: GraphRun,
     *,
     placement: Placement = "worker",
@@ -206,6 +287,7 @@ async def batches(
     """
     if placement not in ("worker", "inline"):
         raise ValueError(f"placement must be 'worker' or 'inline', not {placement!r}")
+    reader = chunk_source(source)
     queue = BatchQueue(max_entries=out_max, max_bytes=out_max_bytes)
     executor = CorePool.acquire() if placement == "worker" else None
     strand = Strand(executor) if executor is not None else None
@@ -213,55 +295,75 @@ async def batches(
 
     async def pump() -> None:
         inflight: collections.deque[tuple[asyncio.Future[Translation], int]] = collections.deque()
-        reads = _timed_reads(source, read_timeout)
+        task = asyncio.current_task()
+        assert task is not None
+        watchdog = _Watchdog(loop, read_timeout, task) if read_timeout > 0 else None
+        read = reader.read
+        process = run.process
+        put = queue.put
         try:
             try:
-                async for chunk in reads:
+                while True:
+                    if watchdog is not None:
+                        watchdog.since = loop.time()
+                        chunk = await read()
+                        watchdog.since = None
+                    else:
+                        chunk = await read()
+                    if not chunk:
+                        break
                     size = len(chunk)
                     if strand is None or (not inflight and size <= inline_max_bytes):
-                        await queue.put(run.process(chunk), size)
+                        await put(process(chunk), size)
                     else:
-                        inflight.append((asyncio.wrap_future(strand.submit(run.process, chunk), loop=loop), size))
+                        inflight.append((asyncio.wrap_future(strand.submit(process, chunk), loop=loop), size))
                         if len(inflight) >= INFLIGHT:
                             future, n = inflight.popleft()
-                            await queue.put(await future, n)
+                            await put(await future, n)
                     if run.done:
                         break
+            except asyncio.CancelledError:
+                if watchdog is None or not watchdog.fired:
+                    raise
+                task.uncancel()
+                error: BaseException = _read_timeout_error(read_timeout)
             except Exception as exc:
-                # every read already in the core is delivered before the error
+                error = exc
+            else:
                 while inflight:
                     future, n = inflight.popleft()
-                    await queue.put(await future, n)
-                raise exc
+                    await put(await future, n)
+                await put(run.close(), 0)
+                await put(_END, 0)
+                return
+            # every read already in the core is delivered before the error
             while inflight:
                 future, n = inflight.popleft()
-                await queue.put(await future, n)
-            await queue.put(run.close(), 0)
-            await queue.put(_End(), 0)
+                await put(await future, n)
+            raise error
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            await queue.put(_Failed(exc), 0)
+            await put(_Failed(exc), 0)
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             if strand is not None:
                 strand.cancel_pending()
             for future, _ in inflight:
                 future.cancel()
-            await reads.aclose()
-            closer = getattr(source, "aclose", None)
-            if closer is not None:
-                await closer()
+            await reader.aclose()
 
-    task = asyncio.create_task(pump(), name="respflow-pump")
+    task = loop.create_task(pump(), name="respflow-pump")
+    get = queue.get
     try:
         while True:
-            item = await queue.get()
-            if isinstance(item, _End):
+            item = await get()
+            if item is _END:
                 return
-            if isinstance(item, _Failed):
+            if type(item) is _Failed:
                 raise item.error
-            assert isinstance(item, Translation)
-            yield item
+            yield item  # type: ignore[misc]
     finally:
         if not task.done():
             task.cancel()
@@ -273,3 +375,4 @@ async def batches(
             if stats is not None:
                 stats["peak_batches"] = queue.peak_entries
                 stats["peak_bytes"] = queue.peak_bytes
+                stats["parked_s"] = queue.parked

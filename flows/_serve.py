@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import socket
+from collections.abc import Coroutine
 from typing import Any
 
 import uvicorn
@@ -42,9 +43,28 @@ DEMO_TOOLS = [
 ]
 
 
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on uvloop where it is installed (the stdlib loop elsewhere)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
 def _server(app: Any, sock: socket.socket) -> tuple[uvicorn.Server, socket.socket]:
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=_http_protocol())
     return uvicorn.Server(config), sock
+
+
+def _http_protocol() -> str:
+    """httptools (C) where installed; uvicorn's h11 elsewhere."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -1,0 +1,281 @@
+"""``respflow bench --serve``: the serving path against a bare byte pipe, in the same run.
+
+Every part runs in its own process on 127.0.0.1 (`respflow.flows._loadgen`): a paced upstream,
+the baseline byte pipe (stdlib asyncio, parses nothing), ``respflow serve`` in front of the same
+upstream, and a client swarm. For each stream count and round, the swarm runs straight at the
+upstream (the direct latency), then through each proxy; the proxy's CPU time (user + system,
+its whole process tree, from ``/proc``) is read before and after.
+
+* CPU per event = proxy CPU seconds / events the swarm received;
+* added p50/p99 = the proxy's latency quantile minus the direct one of the same round;
+* figures are medians over rounds; the ratios are to the pipe of the same run.
+
+``--capacity`` instead finds, for 1 and 2 workers, the most streams held with added p99 ≤ 50 ms
+and no error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and every live descendant."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+    total = 0.0
+    for pid, cpu in times.items():
+        p = pid
+        while p and p != root:
+            p = parents.get(p, 0)
+        if p == root:
+            total += cpu
+    return total
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on {port} after {timeout:g} s")
+        time.sleep(0.05)
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes] | None = None
+    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def _swarm(url: str, streams: int, rate: float, events: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "respflow.flows._loadgen", "swarm", url, str(streams), str(rate), str(events)],
+        capture_output=True,
+        check=True,
+        timeout=600,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return result
+
+
+@contextlib.contextmanager
+def _processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, 15)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, 9)
+                p.wait()
+
+
+def _serve_args(upstream_port: int, port: int, workers: int, extra: Sequence[str]) -> list[str]:
+    return [
+        "-m",
+        "respflow",
+        "serve",
+        "--upstream",
+        f"http://127.0.0.1:{upstream_port}/v1",
+        "--port",
+        str(port),
+        *(["--workers", str(workers)] if workers != 1 else []),
+        *extra,
+    ]
+
+
+def _measure(target: Target, streams: int, rate: float, events: int) -> dict[str, Any]:
+    cpu0 = tree_cpu(target.proc.pid) if target.proc is not None else 0.0
+    stats = _swarm(target.url, streams, rate, events)
+    cpu1 = tree_cpu(target.proc.pid) if target.proc is not None else 0.0
+    stats["cpu_s"] = cpu1 - cpu0
+    stats["cpu_us_per_event"] = 1e6 * (cpu1 - cpu0) / stats["events"] if stats["events"] else None
+    return stats
+
+
+def run_serve_bench(
+    *,
+    streams: Sequence[int] = (100, 200, 500),
+    rate: float = 20.0,
+    events: int = 100,
+    rounds: int = 3,
+    serve_extra: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict[str, Any]]:
+    """Rows: per stream count and proxy, medians over rounds and ratios to the pipe."""
+    up_port, pipe_port, gw_port = free_port(), free_port(), free_port()
+    with _processes() as procs:
+        upstream = _spawn(["-m", "respflow.flows._loadgen", "upstream", str(up_port)])
+        procs.append(upstream)
+        wait_port(up_port, upstream)
+        pipe = _spawn(["-m", "respflow.flows._loadgen", "pipe", str(up_port), str(pipe_port)])
+        procs.append(pipe)
+        uvpipe_port = free_port()
+        uvpipe = _spawn(["-m", "respflow.flows._loadgen", "pipe-uvloop", str(up_port), str(uvpipe_port)])
+        procs.append(uvpipe)
+        gateway = _spawn(_serve_args(up_port, gw_port, 1, serve_extra))
+        procs.append(gateway)
+        wait_port(pipe_port, pipe)
+        wait_port(uvpipe_port, uvpipe)
+        wait_port(gw_port, gateway)
+        targets = [
+            Target("direct (no proxy)", f"http://127.0.0.1:{up_port}/v1/responses"),
+            Target("byte pipe (asyncio)", f"http://127.0.0.1:{pipe_port}/v1/responses", pipe),
+            Target("respflow serve", f"http://127.0.0.1:{gw_port}/v1/responses", gateway),
+            Target("byte pipe (uvloop)", f"http://127.0.0.1:{uvpipe_port}/v1/responses", uvpipe),
+        ]
+        progress("warming up")
+        for t in targets:
+            _swarm(t.url, 20, 50.0, 20)
+        for n in streams:
+            for r in range(rounds):
+                for t in targets:
+                    progress(f"  {n} streams, round {r + 1}/{rounds}: {t.name}")
+                    t.runs.setdefault(n, []).append(_measure(t, n, rate, events))
+    return _rows(targets, streams, rounds)
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 2) if present else None
+
+
+def _rows(targets: list[Target], streams: Sequence[int], rounds: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    direct = targets[0]
+    for n in streams:
+        base_cpu = _median([run["cpu_us_per_event"] for run in targets[1].runs[n]])
+        base_added = _median([p["p99_ms"] - d["p99_ms"] for p, d in zip(targets[1].runs[n], direct.runs[n], strict=True) if p["p99_ms"] is not None and d["p99_ms"] is not None])
+        for t in targets:
+            runs = t.runs[n]
+            added50 = [p["p50_ms"] - d["p50_ms"] for p, d in zip(runs, direct.runs[n], strict=True) if p["p50_ms"] is not None and d["p50_ms"] is not None]
+            added99 = [p["p99_ms"] - d["p99_ms"] for p, d in zip(runs, direct.runs[n], strict=True) if p["p99_ms"] is not None and d["p99_ms"] is not None]
+            cpu = _median([run["cpu_us_per_event"] for run in runs])
+            row: dict[str, Any] = {
+                "streams": n,
+                "target": t.name,
+                "events": sum(run["events"] for run in runs),
+                "errors": sum(run["errors"] for run in runs),
+                "first_error": next((run["first_error"] for run in runs if run["first_error"]), None),
+                "p50_ms": _median([run["p50_ms"] for run in runs]),
+                "p99_ms": _median([run["p99_ms"] for run in runs]),
+                "cpu_us_per_event": cpu,
+                "added_p50_ms": _median(list(added50)) if t is not direct else None,
+                "added_p99_ms": _median(list(added99)) if t is not direct else None,
+                "cpu_x_pipe": round(cpu / base_cpu, 2) if cpu is not None and base_cpu and t is not direct else None,
+                "p99_bar_ms": round(2 * base_added + 5, 1) if base_added is not None and t is not direct else None,
+                "rounds": rounds,
+            }
+            rows.append(row)
+    return rows
+
+
+def format_serve(rows: list[dict[str, Any]]) -> str:
+    head = f"{'streams':>7} {'target':22} {'events':>7} {'err':>4} {'CPU µs/ev':>10} {'x pipe':>7} {'p50 ms':>7} {'p99 ms':>7} {'+p50':>7} {'+p99':>7} {'bar +p99':>8}"
+    out = [head]
+
+    def f(v: Any, fmt: str = ".2f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    for r in rows:
+        out.append(
+            f"{r['streams']:>7} {r['target']:22} {r['events']:>7} {r['errors']:>4} {f(r['cpu_us_per_event'], '.1f'):>10} "
+            f"{f(r['cpu_x_pipe']):>7} {f(r['p50_ms']):>7} {f(r['p99_ms']):>7} {f(r['added_p50_ms']):>7} "
+            f"{f(r['added_p99_ms']):>7} {f(r['p99_bar_ms'], '.1f'):>8}"
+        )
+    return "\n".join(out)
+
+
+def run_capacity(
+    *,
+    workers: Sequence[int] = (1, 2),
+    steps: Sequence[int] = (200, 400, 600, 800, 1000, 1200, 1500, 2000),
+    rate: float = 20.0,
+    events: int = 100,
+    bar_ms: float = 50.0,
+    serve_extra: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict[str, Any]]:
+    """For each worker count: the most streams held with added p99 ≤ ``bar_ms`` and no error."""
+    out: list[dict[str, Any]] = []
+    for w in workers:
+        up_port, gw_port = free_port(), free_port()
+        with _processes() as procs:
+            upstream = _spawn(["-m", "respflow.flows._loadgen", "upstream", str(up_port)])
+            procs.append(upstream)
+            wait_port(up_port, upstream)
+            gateway = _spawn(_serve_args(up_port, gw_port, w, serve_extra))
+            procs.append(gateway)
+            wait_port(gw_port, gateway)
+            direct = f"http://127.0.0.1:{up_port}/v1/responses"
+            url = f"http://127.0.0.1:{gw_port}/v1/responses"
+            _swarm(url, 20, 50.0, 20)
+            held = 0
+            tried: list[dict[str, Any]] = []
+            for n in steps:
+                progress(f"  {w} worker(s): {n} streams")
+                d = _swarm(direct, n, rate, events)
+                g = _measure(Target("respflow", url, gateway), n, rate, events)
+                added = (g["p99_ms"] or 0) - (d["p99_ms"] or 0)
+                tried.append({"streams": n, "added_p99_ms": round(added, 2), "errors": g["errors"], "cpu_us_per_event": g["cpu_us_per_event"]})
+                if g["errors"] or added > bar_ms:
+                    break
+                held = n
+            out.append({"workers": w, "held_streams": held, "bar_ms": bar_ms, "steps": tried})
+    return out
+
+
+def format_capacity(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for r in rows:
+        steps = ", ".join(f"{s['streams']}: +{s['added_p99_ms']} ms{' ERR' if s['errors'] else ''}" for s in r["steps"])
+        out.append(f"{r['workers']} worker(s): held {r['held_streams']} streams at added p99 ≤ {r['bar_ms']:g} ms  ({steps})")
+    return "\n".join(out)

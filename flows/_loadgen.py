@@ -1,0 +1,268 @@
+"""The serving benchmark's parts, each a small asyncio program run in its own process.
+
+* `paced_upstream` — a Responses upstream (``POST …/responses``) that streams one message at
+  the pace the request asks for (``metadata: {"rate": R, "events": E, "cut": K}``): every text
+  delta carries its send time (``<1712345678.123456>``), so a client measures per-event latency
+  end to end; ``cut`` ends the body after K deltas without a terminal (an upstream that cuts).
+* `byte_pipe` — the baseline: an asyncio proxy that moves bytes and parses nothing.
+* `swarm` — N concurrent streaming clients; per-event latency (receive - send) p50/p99/max,
+  events received, errors (a stream that ends without a terminal event is one).
+
+``python -m respflow.flows._loadgen upstream PORT | pipe UPSTREAM_PORT PORT |
+swarm URL N RATE EVENTS`` runs one of them (the swarm prints one JSON line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    kind: str = data["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _Numbered:
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def __call__(self, data: dict[str, Any]) -> bytes:
+        data["sequence_number"] = self.seq
+        self.seq += 1
+        return _event(data)
+
+
+async def _read_request(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    body = json.loads(await reader.readexactly(length) or b"{}")
+    return body if isinstance(body, dict) else None
+
+
+async def _serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        body = await _read_request(reader)
+        if body is None:
+            return
+        meta = body.get("metadata") or {}
+        rate, events = float(meta.get("rate", 20)), int(meta.get("events", 100))
+        cut = int(meta["cut"]) if "cut" in meta else None
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+
+        def send(data: bytes) -> None:
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        ev = _Numbered()
+        resp = {
+            "id": "resp_up",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "in_progress",
+            "model": str(body.get("model", "m")),
+            "output": [],
+            "tools": [],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
+        }
+        item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        send(
+            ev({"type": "response.created", "response": resp})
+            + ev({"type": "response.in_progress", "response": resp})
+            + ev({"type": "response.output_item.added", "output_index": 0, "item": item})
+            + ev(
+                {
+                    "type": "response.content_part.added",
+                    "item_id": "msg_1",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []},
+                }
+            )
+        )
+        texts: list[str] = []
+        t0 = time.monotonic()
+        for i in range(events):
+            if cut is not None and i >= cut:
+                writer.write(b"0\r\n\r\n")  # a clean end of the body, but no terminal event
+                await writer.drain()
+                return
+            if rate > 0:
+                await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
+            delta = f"<{time.time():.6f}>"
+            texts.append(delta)
+            send(
+                ev(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": "msg_1",
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": delta,
+                        "logprobs": [],
+                    }
+                )
+            )
+            await writer.drain()
+        text = "".join(texts)
+        part = {"type": "output_text", "text": text, "annotations": []}
+        done = dict(item, status="completed", content=[part])
+        usage = {"input_tokens": 1, "output_tokens": events, "total_tokens": events + 1}
+        send(
+            ev({"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0, "content_index": 0, "text": text, "logprobs": []})
+            + ev({"type": "response.content_part.done", "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": part})
+            + ev({"type": "response.output_item.done", "output_index": 0, "item": done})
+            + ev({"type": "response.completed", "response": dict(resp, status="completed", output=[done], usage=usage)})
+        )
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+async def paced_upstream(port: int, ready: asyncio.Event | None = None) -> None:
+    """Serve the paced upstream on 127.0.0.1:``port`` until cancelled."""
+    server = await asyncio.start_server(_serve_stream, "127.0.0.1", port, backlog=4096)
+    async with server:
+        if ready is not None:
+            ready.set()
+        await server.serve_forever()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    except Exception:  # a closed peer ends the pipe
+        pass
+    finally:
+        writer.close()
+
+
+async def byte_pipe(upstream_port: int, port: int) -> None:
+    """The baseline proxy: bytes both ways, nothing parsed."""
+
+    async def handle(creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        ureader, uwriter = await asyncio.open_connection("127.0.0.1", upstream_port)
+        await asyncio.gather(_pipe(creader, uwriter), _pipe(ureader, cwriter))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+    async with server:
+        await server.serve_forever()
+
+
+_TERMINAL_MARKS = (b"response.completed", b"response.failed", b"response.incomplete")
+
+
+async def _one(
+    host: str, port: int, path: str, rate: float, events: int, latencies: list[float], errors: list[str], abandon_after: int | None
+) -> None:
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        body = json.dumps({"model": "m", "input": "x", "stream": True, "metadata": {"rate": rate, "events": events}}).encode()
+        writer.write(
+            b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (path.encode(), host.encode(), len(body), body)
+        )
+        await writer.drain()
+        buffer = b""
+        ended = False
+        seen = 0
+        while not ended:
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            now = time.time()
+            buffer += chunk
+            lines = buffer.split(b"\n")
+            buffer = lines.pop()
+            for line in lines:
+                if line.startswith(b"data:") and b"output_text.delta" in line:
+                    i = line.find(b"<")
+                    j = line.find(b">", i)
+                    if 0 <= i < j:
+                        with contextlib.suppress(ValueError):
+                            latencies.append(now - float(line[i + 1 : j]))
+                            seen += 1
+                elif line.startswith(b"event:") and any(m in line for m in _TERMINAL_MARKS):
+                    ended = True
+            if abandon_after is not None and seen >= abandon_after:
+                writer.close()
+                return
+        writer.close()
+        if not ended:
+            errors.append("stream ended without a terminal event")
+    except Exception as exc:  # the benchmark counts failures
+        errors.append(repr(exc)[:200])
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """The q-quantile of sorted ``values`` (nearest rank), or None."""
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def swarm(url: str, streams: int, rate: float, events: int, *, abandon_after: int | None = None) -> dict[str, Any]:
+    """Open ``streams`` concurrent streams against ``url`` (…/v1/responses); their statistics."""
+    hostport, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = hostport.partition(":")
+    latencies: list[float] = []
+    errors: list[str] = []
+    t0 = time.time()
+    await asyncio.gather(*(_one(host, int(port), "/" + path, rate, events, latencies, errors, abandon_after) for _ in range(streams)))
+    latencies.sort()
+
+    def ms(q: float) -> float | None:
+        v = quantile(latencies, q)
+        return None if v is None else round(1000 * v, 2)
+
+    return {
+        "streams": streams,
+        "events": len(latencies),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "p50_ms": ms(0.5),
+        "p99_ms": ms(0.99),
+        "max_ms": ms(1.0),
+        "wall_s": round(time.time() - t0, 2),
+    }
+
+
+def _fast_loop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # the stdlib loop, where uvloop has no wheel
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def main(argv: list[str]) -> None:
+    role = argv[0]
+    if role == "upstream":
+        _fast_loop()
+        asyncio.run(paced_upstream(int(argv[1])))
+    elif role == "pipe":
+        asyncio.run(byte_pipe(int(argv[1]), int(argv[2])))
+    elif role == "pipe-uvloop":
+        _fast_loop()
+        asyncio.run(byte_pipe(int(argv[1]), int(argv[2])))
+    elif role == "swarm":
+        _fast_loop()
+        print(json.dumps(asyncio.run(swarm(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))), flush=True)
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
