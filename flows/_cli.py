@@ -10,6 +10,7 @@ from typing import BinaryIO
 import orjson
 
 from respflow.flows._drivers import decode
+from respflow.flows._graph import Graph
 from respflow.operators import RespflowError, ToolRegistry, Validation
 
 _READ = 64 << 10
@@ -90,17 +91,24 @@ def _parser() -> argparse.ArgumentParser:
 def _fold(args: argparse.Namespace) -> int:
     tools = _load_tools(args.tools)
     validation = Validation.STRICT if args.strict else Validation.LENIENT
+    graph = Graph(validation=validation, response_id=args.response_id, model=args.model, tools=tools)
     with _open(args.file) as stream:
-        response = decode(
-            _chunks(stream),
-            validation=validation,
-            response_id=args.response_id,
-            model=args.model,
-            tools=tools,
-        )
+        response = decode(_chunks(stream), graph=graph)
     sys.stdout.buffer.write(response.to_json() + b"\n")
     sys.stdout.buffer.flush()
+    _warn_if_cut(graph)
     return 0
+
+
+def _warn_if_cut(graph: Graph) -> None:
+    """Lenient: a stream without a terminal event folds, as ``failed`` — say so on stderr."""
+    if graph.pipeline.folder.cut:
+        error = graph.pipeline.folder.outcome()["error"]
+        print(
+            f"warning[eof_without_terminal]: the stream ended without a terminal event; the Response "
+            f"is failed ({error['code']}: {error['message']})",
+            file=sys.stderr,
+        )
 
 
 def _relay(args: argparse.Namespace) -> int:
@@ -111,18 +119,10 @@ def _relay(args: argparse.Namespace) -> int:
 
     tools = _load_tools(args.tools)
     validation = Validation.STRICT if args.strict else Validation.LENIENT
+    graph = Graph(validation=validation, response_id=args.response_id, model=args.model, tools=tools)
     with _open(args.file) as stream:
-        asyncio.run(
-            live(
-                _chunks(stream),
-                StreamSink(sys.stdout.buffer),
-                placement="inline",
-                validation=validation,
-                response_id=args.response_id,
-                model=args.model,
-                tools=tools,
-            )
-        )
+        asyncio.run(live(_chunks(stream), StreamSink(sys.stdout.buffer), placement="inline", graph=graph, model=args.model))
+    _warn_if_cut(graph)
     return 0
 
 

@@ -12,10 +12,8 @@ from typing import Any
 
 import uvicorn
 
-from respflow.flows._gateway import Gateway, gateway_app
-from respflow.flows._gateway_tools import GatewayTool
 from respflow.flows._runner import Placement
-from respflow.flows._simulator import simulator_app
+from respflow.flows.gateway import Gateway, GatewayTool, gateway_app, simulator_app
 
 log = logging.getLogger("respflow")
 

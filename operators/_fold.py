@@ -13,8 +13,12 @@ exactly one slot. Per-kind behaviour comes from the `KINDS` descriptor table.
 
 At `finish()` the slots are drained sorted by ``output_index``: done items as they are, active
 items through their kind's ``finalize`` (a half-streamed call keeps its buffered arguments; an
-unfinished web search is dropped). A stream with no terminal is reported ``completed`` — the
-lenient EOF recovery; the strict policy has already refused such a stream in validate.
+unfinished web search is dropped) and, unless the response completed, marked ``incomplete``.
+A stream that ends without a terminal event (cut, garbage, ``[DONE]`` too early, an upstream
+``error`` event then EOF) folds what arrived and ends ``failed`` with
+``error: {"code": "server_error", "message": …}`` — the upstream's own error when it sent one,
+else `NO_TERMINAL` — never ``completed``: a client must be able to tell a cut answer from a
+whole one (the lenient EOF recovery; the strict policy has already refused such a stream).
 Raises `LimitExceededError` when the retained bytes pass ``max_retained_bytes``, and
 `ProtocolError` (``invalid_response``) when an upstream field has a type the Response cannot
 hold (an item id that is a list, a model that is a number) — under either policy.
@@ -39,6 +43,11 @@ _CREATED = Action.CREATED
 _MUTATE = Action.MUTATE
 _OPEN = Action.OPEN
 _TERMINAL = Action.TERMINAL
+
+NO_TERMINAL = "the upstream ended the stream without a terminal event"
+"""The error message of a response whose upstream stream ended without a terminal event."""
+
+_OTHER = Action.OTHER
 
 _STATUS = {
     "response.completed": "completed",
@@ -103,6 +112,7 @@ class Folder:
         self._snapshot: dict[str, Any] = {}
         self._terminal: str | None = None
         self._metadata: dict[str, Any] = {}
+        self._upstream_error: dict[str, Any] | None = None
         self._finished = False
 
     @property
@@ -118,6 +128,24 @@ class Folder:
     def terminal(self) -> str | None:
         """The terminal event type seen, if any."""
         return self._terminal
+
+    @property
+    def cut(self) -> bool:
+        """The stream ended (or is read now) without a terminal event."""
+        return self._terminal is None
+
+    def outcome(self) -> dict[str, Any]:
+        """``status``, ``error``, ``incomplete_details`` and ``usage`` as the Response carries them."""
+        meta = self._metadata
+        if self._terminal is None:
+            error = self._upstream_error or {"code": "server_error", "message": NO_TERMINAL}
+            return {"status": "failed", "error": error, "incomplete_details": None, "usage": complete_usage(meta.get("usage"))}
+        return {
+            "status": _STATUS[self._terminal],
+            "error": meta.get("error"),
+            "incomplete_details": meta.get("incomplete_details"),
+            "usage": complete_usage(meta.get("usage")),
+        }
 
     def feed(self, frame: Frame) -> list[Frame]:
         """Fold one accepted frame; pass it on."""
@@ -221,6 +249,8 @@ class Folder:
             response = data.get("response")
             if isinstance(response, dict):
                 self._metadata = response
+        elif action is _OTHER and frame.type == "error" and self._upstream_error is None:
+            self._upstream_error = upstream_error(data)
 
     def _complete(self, frame: Frame) -> None:
         data = frame.data
@@ -267,12 +297,15 @@ class Folder:
     def output_indexed(self) -> list[tuple[int, dict[str, Any]]]:
         """``(output_index, item)`` for every item, in index order (upstream shapes)."""
         out: list[tuple[int, dict[str, Any]]] = []
+        unfinished = self._terminal != "response.completed"
         for index, slot in sorted(self.slots.items()):
             if slot.item is not None:
                 out.append((index, slot.item))
             elif slot.building is not None:
                 final = slot.spec.finalize(slot.building)
                 if final is not None:
+                    if unfinished and "status" in final:
+                        final["status"] = "incomplete"  # it never got its done event
                     out.append((index, final))
         return out
 
@@ -284,7 +317,7 @@ class Folder:
         base: dict[str, Any] = {}
         base.update(self._snapshot)
         base.update(self._metadata)
-        status = _STATUS.get(self._terminal or "", "completed")
+        outcome = self.outcome()
         if self._response_id is None and isinstance(base.get("id"), str) and base["id"]:
             self._response_id = base["id"]
         response_id = self.response_id
@@ -298,13 +331,10 @@ class Folder:
         body.update(
             id=response_id,
             object="response",
-            created_at=created_at if isinstance(created_at, int | float) else time.time(),
+            created_at=created_at if isinstance(created_at, int | float) else int(time.time()),
             model=self._model or base.get("model") or "unknown",
-            status=status,
             output=[item for _, item in indexed],
-            usage=complete_usage(self._metadata.get("usage")),
-            error=self._metadata.get("error"),
-            incomplete_details=self._metadata.get("incomplete_details"),
+            **outcome,
             parallel_tool_calls=base.get("parallel_tool_calls", True),
             tool_choice=base.get("tool_choice", "auto"),
             tools=base.get("tools") or [],
@@ -312,10 +342,10 @@ class Folder:
         try:
             return Response.model_validate(body)
         except ValidationError as exc:
-            raise _unstorable(exc, [index for index, _ in indexed]) from None
+            raise unstorable(exc, [index for index, _ in indexed]) from None
 
 
-def _unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
+def unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
     """Upstream fields of the wrong type (an id that is a list, a model that is a number):
     the Response cannot be built — a typed error, whatever the policy."""
     first = exc.errors()[0]
@@ -330,6 +360,19 @@ def _unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
         stage="fold",
         output_index=output_index,
     )
+
+
+def upstream_error(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``{"code", "message"}`` of an upstream ``error`` event (either shape: flat, or an
+    ``error`` object), bounded; ``server_error`` when it names no code."""
+    inner = data.get("error")
+    inner = inner if isinstance(inner, dict) else {}
+    code = data.get("code") if isinstance(data.get("code"), str) else inner.get("code")
+    message = data.get("message") if isinstance(data.get("message"), str) else inner.get("message")
+    return {
+        "code": code if isinstance(code, str) and code else "server_error",
+        "message": str(message)[:1000] if message else "the upstream reported an error",
+    }
 
 
 def complete_usage(usage: Any) -> Any:

@@ -93,6 +93,13 @@ class AgentPipeline:
         """End of stream, before `finish`: frames translate still held (unnamed calls)."""
         return Translation(self.translator.flush(), None)
 
+    def outcome(self) -> dict[str, Any]:
+        """End of stream, when no Response is built here (a gateway round): the EOF policy
+        (strict refuses a stream without a terminal), then ``status``, ``error``,
+        ``incomplete_details`` and ``usage`` as the Response would carry them."""
+        self.validator.flush()
+        return self.folder.outcome()
+
     def finish(self) -> Response:
         """End of stream: apply the EOF policy and return the final Response."""
         if self._finished:

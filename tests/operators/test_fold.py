@@ -48,12 +48,43 @@ def test_terminal_metadata_is_kept_from_every_terminal_type(kind: str) -> None:
         assert d["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
 
 
-def test_lenient_eof_folds_active_items_and_reports_completed() -> None:
+def test_lenient_eof_folds_active_items_and_ends_failed() -> None:
+    """A stream cut without a terminal event is not reported completed: what arrived is kept,
+    the open item is marked incomplete, the Response is failed with a server_error."""
     _, response = run(created(), in_progress(), added(fcall()), args_delta('{"value"'), args_delta(":1}"), validation=LENIENT)
     d = response.to_dict()
-    assert d["status"] == "completed"
+    assert d["status"] == "failed"
+    assert d["error"] == {"code": "server_error", "message": "the upstream ended the stream without a terminal event"}
     assert d["output"][0]["arguments"] == '{"value":1}'
-    assert d["output"][0]["status"] == "completed"
+    assert d["output"][0]["status"] == "incomplete"
+    assert isinstance(d["created_at"], int)
+
+
+def test_lenient_eof_after_an_upstream_error_event_carries_its_message() -> None:
+    error = {"type": "error", "code": "context_length_exceeded", "message": "the prompt is too long", "param": None}
+    frames, response = run(created(), in_progress(), added(message()), text_delta("Hi"), error, validation=LENIENT)
+    d = response.to_dict()
+    assert frames[-1]["type"] == "error"  # the upstream's error event is relayed too
+    assert d["status"] == "failed"
+    assert d["error"] == {"code": "context_length_exceeded", "message": "the prompt is too long"}
+    assert d["output"][0]["status"] == "incomplete"
+    assert d["output"][0]["content"][0]["text"] == "Hi"
+
+
+def test_lenient_eof_with_only_done_items_keeps_them_completed() -> None:
+    item = dict(fcall(), arguments="{}", status="completed")
+    _, response = run(created(), in_progress(), added(fcall()), args_delta("{}"), done(item), validation=LENIENT)
+    d = response.to_dict()
+    assert d["status"] == "failed"
+    assert d["output"][0]["status"] == "completed"  # its done arrived: it is whole
+
+
+def test_a_completed_stream_keeps_completed() -> None:
+    _, response = run(created(), in_progress(), added(message()), text_delta("Hi"), validation=LENIENT)
+    assert response.status == "failed"
+    _, whole = run(created(), in_progress(), added(message()), text_delta("Hi"), completed(), validation=LENIENT)
+    assert whole.status == "completed"
+    assert whole.to_dict()["output"][0]["status"] == "completed"
 
 
 def test_lenient_eof_folds_a_half_streamed_message() -> None:

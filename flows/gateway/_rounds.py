@@ -1,4 +1,4 @@
-"""The gateway: ``POST /v1/responses`` in front of any OpenAI-style Responses upstream.
+"""A request's rounds: `Gateway` in front of any OpenAI-style Responses upstream.
 
 `Gateway.run` serves one request: it lists the tools of MCP servers the request declares,
 sends the upstream every tool as a function, streams round 1 through the standard graph and
@@ -7,32 +7,30 @@ round (concurrently, bounded, each with a timeout; a failure is an error tool ou
 their public lifecycle through the relay's local door, drains the frames that waited behind
 them, and calls the upstream again with the tool outputs appended — up to ``max_rounds``. The
 client sees ONE response: one created, one terminal, sequence numbers 0..N, output_index
-continuing across rounds, usage summed.
+continuing across rounds, usage summed. A round whose upstream stream ended without a terminal
+event ends the response ``failed`` (fold's honest ending), never ``completed``.
 
-`gateway_app` wraps it in a small Starlette app (``GET /health`` too).
+The HTTP surface (admission control, the ASGI app) is `respflow.flows.gateway._app`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
 from aiostream import stream
-from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse
-from starlette.responses import Response as HttpResponse
-from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from pydantic import ValidationError
 
-from respflow.flows._gateway_tools import (
+from respflow.flows._graph import Graph, GraphRun
+from respflow.flows._runner import Placement, batches
+from respflow.flows._transport import Upstream, default_client
+from respflow.flows.gateway._tools import (
     Executor,
     GatewayTool,
     McpServer,
@@ -42,9 +40,6 @@ from respflow.flows._gateway_tools import (
     mcp_call_item,
     run_calls,
 )
-from respflow.flows._graph import Graph, GraphRun
-from respflow.flows._runner import Placement, batches
-from respflow.flows._transport import Upstream, default_client
 from respflow.operators import (
     Limits,
     RelayError,
@@ -54,12 +49,10 @@ from respflow.operators import (
     ToolKind,
     ToolRegistry,
     Translation,
-    UpstreamError,
     Validation,
 )
+from respflow.operators._fold import unstorable
 from respflow.sinks import Relay, Sink, relayed
-
-log = logging.getLogger("respflow")
 
 _CALLS = ("function_call", "custom_tool_call")
 
@@ -94,6 +87,14 @@ def _sum_usage(total: dict[str, Any] | None, usage: Mapping[str, Any] | None) ->
     return total
 
 
+def final_response(body: dict[str, Any]) -> Response:
+    """The Response of a whole request; an upstream field it cannot hold is a typed error."""
+    try:
+        return Response.model_validate(body)
+    except ValidationError as exc:
+        raise unstorable(exc, list(range(len(body.get("output") or [])))) from None
+
+
 class Gateway:
     """Runs requests against one upstream, with the embedding application's tools."""
 
@@ -111,21 +112,39 @@ class Gateway:
         keepalive_interval: float = 15.0,
         client_stall_timeout: float = 60.0,
         customize: Callable[[Graph], Graph] | None = None,
+        max_streams: int = 1024,
     ) -> None:
         """Args:
             upstream: the upstream's base URL (``http://host:port/v1``).
             tools: the application's own tools, run between rounds.
+            client: the upstream client; its pool must hold ``max_streams`` connections.
             customize: called with each round's fresh `Graph` (splice operators, add
                 ``on_finish`` functions; the latter are applied to the final Response).
+            max_streams: responses served at once; one more is refused at once (HTTP 503
+                with ``Retry-After``) — admission control, never a queue that times out.
         """
         if max_rounds < 1 or tool_concurrency < 1 or tool_timeout <= 0:
             raise ValueError("max_rounds and tool_concurrency must be ≥ 1 and tool_timeout > 0")
+        if max_streams < 1:
+            raise ValueError("max_streams must be at least 1")
         self.upstream = upstream
         self.tools = list(tools)
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ValueError("two gateway tools share a name")
-        self.client = client or default_client()
+        self.max_streams = max_streams
+        self.client = client or default_client(max_connections=max_streams)
+        if self.client.max_connections < max_streams:
+            raise ValueError(
+                f"the upstream client's pool ({self.client.max_connections} connections) is below "
+                f"max_streams ({max_streams}): streams past it would wait for a connection"
+            )
+        self.active = 0
+        """Responses being served now (admission control counts these)."""
+        self.rejected = 0
+        """Requests refused since start because ``max_streams`` were in flight."""
+        self._executors: dict[str, Executor] = {t.name: gateway_tool_executor(t) for t in self.tools}
+        self._declarations = [t.declaration() for t in self.tools]
         self.limits = limits or Limits()
         self.placement = placement
         self.max_rounds = max_rounds
@@ -163,11 +182,13 @@ class Gateway:
             mcp_servers = [McpServer(t) for t in declared if isinstance(t, dict) and t.get("type") == "mcp"]
             for server in mcp_servers:
                 await server.connect(stack, self.tool_timeout)
-            executors: dict[str, Executor] = {t.name: gateway_tool_executor(t) for t in self.tools}
-            functions = [t.declaration() for t in self.tools]
-            for server in mcp_servers:
-                executors.update(server.executors(self.tool_timeout))
-                functions += server.declarations()
+            executors = self._executors
+            functions = self._declarations
+            if mcp_servers:
+                executors, functions = dict(executors), list(functions)
+                for server in mcp_servers:
+                    executors.update(server.executors(self.tool_timeout))
+                    functions += server.declarations()
             try:
                 registry = ToolRegistry(declared, gateway_functions=functions)
             except RespflowError as exc:
@@ -247,8 +268,7 @@ class Gateway:
                 graph = self.customize(graph)
             if relay is not None:
                 relay.start_round(offset)
-            round_response = await self._round(graph, request, headers, relay)
-            summary = round_response.to_dict()
+            summary = await self._round(graph, request, headers, relay)
             usage = _sum_usage(usage, summary.get("usage"))
             status, error, incomplete = summary["status"], summary.get("error"), summary.get("incomplete_details")
             items = graph.pipeline.folder.output_indexed()
@@ -302,12 +322,13 @@ class Gateway:
         }
         if body.get("previous_response_id") is not None:
             final["previous_response_id"] = body["previous_response_id"]
-        response = graph.finish_response(Response.model_validate(final))
+        response = graph.finish_response(final_response(final))
         if relay is not None:
             await relay.complete(response)
         return response, rounds
 
-    async def _round(self, graph: Graph, request: Mapping[str, Any], headers: Mapping[str, str], relay: Relay | None) -> Response:
+    async def _round(self, graph: Graph, request: Mapping[str, Any], headers: Mapping[str, str], relay: Relay | None) -> dict[str, Any]:
+        """Stream one upstream round through the graph (and the relay); its outcome."""
         http = await self.client.open(self.upstream, request, headers=headers)
         reads = batches(
             http,
@@ -323,7 +344,7 @@ class Gateway:
             async with contextlib.aclosing(reads) as translations:
                 async for _ in translations:
                     pass
-        return graph.finish()
+        return graph.pipeline.outcome()
 
     async def _run_tools(self, calls: list[tuple[Executor, str, str]], relay: Relay | None) -> list[Any]:
         work = asyncio.ensure_future(run_calls(calls, concurrency=self.tool_concurrency, timeout=self.tool_timeout))
@@ -338,184 +359,3 @@ class Gateway:
         finally:
             if not work.done():
                 work.cancel()
-
-
-# ---- the ASGI layer -------------------------------------------------------------------------
-
-
-def error_body(message: str, *, kind: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    """An OpenAI-shaped error body."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def _error_response(exc: RespflowError) -> JSONResponse:
-    status = getattr(exc, "status", None)
-    if not isinstance(status, int):
-        status = 400 if isinstance(exc, RequestError) else 502
-    message = exc.message
-    if isinstance(exc, UpstreamError) and exc.body_excerpt:
-        try:
-            upstream = orjson.loads(exc.body_excerpt)
-            inner = upstream.get("error") if isinstance(upstream, dict) else None
-            if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-                message = f"upstream: {inner['message']}"
-        except orjson.JSONDecodeError:
-            pass
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse(error_body(message, kind=kind, code=exc.code, param=getattr(exc, "param", None)), status_code=status)
-
-
-class _AsgiSink:
-    """Sends SSE to the ASGI server; the response starts with the first byte we send."""
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.started = False
-
-    async def send(self, data: bytes) -> None:
-        if not self.started:
-            self.started = True
-            await self._send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")],
-                }
-            )
-        await self._send({"type": "http.response.body", "body": data, "more_body": True})
-
-    async def aclose(self) -> None:
-        if self.started:
-            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-class _StreamedResponse:
-    """An ASGI response that runs the gateway and streams its relay; a client that goes away
-    cancels the run (which closes the upstream)."""
-
-    def __init__(self, gateway: Gateway, body: Mapping[str, Any], headers: Mapping[str, str], started: float) -> None:
-        self._gateway = gateway
-        self._body = body
-        self._headers = headers
-        self._started = started
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        sink = _AsgiSink(send)
-        response_id = new_response_id()
-        run = asyncio.ensure_future(self._gateway.run(self._body, self._headers, sink, response_id=response_id))
-        watch = asyncio.ensure_future(_disconnected(receive))
-        outcome = "completed"
-        rounds = 0
-        items = 0
-        try:
-            done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if run not in done:
-                outcome = "client disconnected"
-                run.cancel()
-                with contextlib.suppress(asyncio.CancelledError, RespflowError, OSError):
-                    await run
-                return
-            try:
-                response, rounds = run.result()
-                items = len(response.output)
-                outcome = response.status
-            except RelayError as exc:
-                outcome = f"client error: {exc.code}"
-                return
-            except RespflowError as exc:
-                outcome = f"error: {exc.code}"
-                if not sink.started:
-                    await _error_response(exc)(scope, receive, send)
-                    return
-            except Exception as exc:
-                outcome = f"internal error: {type(exc).__name__}"
-                log.exception("the gateway failed on a streamed request")
-                if not sink.started:
-                    body = error_body("the gateway failed; see its log", kind="server_error", code="internal_error")
-                    await JSONResponse(body, status_code=500)(scope, receive, send)
-                    return
-            await sink.aclose()
-        finally:
-            watch.cancel()
-            log.info(
-                "POST /v1/responses stream=true id=%s rounds=%d items=%d outcome=%s %.3fs",
-                response_id,
-                rounds,
-                items,
-                outcome,
-                time.monotonic() - self._started,
-            )
-
-
-async def _disconnected(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def _read_body(request: Request, limit: int) -> dict[str, Any]:
-    size = int(request.headers.get("content-length") or 0)
-    if size > limit:
-        raise RequestError(f"the request body is over {limit} bytes", status=413, code="request_too_large")
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise RequestError(f"the request body is over {limit} bytes", status=413, code="request_too_large")
-    try:
-        body = orjson.loads(bytes(data))
-    except orjson.JSONDecodeError:
-        raise RequestError("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object", code="invalid_json")
-    return body
-
-
-def gateway_app(gateway: Gateway, *, max_body_bytes: int = 4 << 20) -> Starlette:
-    """The ASGI app of ``gateway``: ``POST /v1/responses`` (streaming and not), ``GET /health``."""
-
-    async def responses(request: Request) -> Any:
-        started = time.monotonic()
-        try:
-            body = await _read_body(request, max_body_bytes)
-        except RequestError as exc:
-            return _error_response(exc)
-        except ClientDisconnect:
-            return HttpResponse(status_code=499)
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "openai-organization", "openai-project") or k.lower().startswith("x-")}
-        if body.get("stream") is True:
-            return _StreamedResponse(gateway, body, headers, started)
-        try:
-            response, rounds = await gateway.run(body, headers, None)
-        except RespflowError as exc:
-            log.info("POST /v1/responses stream=false outcome=error:%s %.3fs", exc.code, time.monotonic() - started)
-            return _error_response(exc)
-        except Exception:
-            log.exception("the gateway failed on a request")
-            return JSONResponse(error_body("the gateway failed; see its log", kind="server_error", code="internal_error"), status_code=500)
-        log.info(
-            "POST /v1/responses stream=false id=%s rounds=%d items=%d outcome=%s %.3fs",
-            response.id,
-            rounds,
-            len(response.output),
-            response.status,
-            time.monotonic() - started,
-        )
-        return HttpResponse(response.to_json(), media_type="application/json")
-
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "upstream": gateway.upstream})
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await gateway.aclose()
-
-    return Starlette(
-        routes=[
-            Route("/v1/responses", responses, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
-        ],
-        lifespan=lifespan,
-    )

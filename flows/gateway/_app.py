@@ -1,0 +1,342 @@
+"""The gateway's HTTP surface: an ASGI app (a Starlette app) around one `Gateway`.
+
+``POST /v1/responses`` — the hot path — is served by `GatewayApp` itself, before the Starlette
+middleware stack: every client event passes through exactly one ``send`` (uvicorn's), not
+through two middleware wrappers per event. Every other route (``GET /health``, …) is an
+ordinary Starlette route.
+
+Per request, in order: admission (over ``max_streams`` in flight → an immediate ``503`` with
+``Retry-After``, never a queue), the body read (bounded: ``413``), the JSON checks (``400``),
+then the run — streamed through the relay, or collected into one JSON Response. A streamed
+request's client that goes away cancels the run (which closes the upstream); one that stops
+reading for ``client_stall_timeout`` seconds aborts it. Every request gets one log line:
+``POST /v1/responses stream=… id=… rounds=… items=… outcome=… 0.123s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from respflow.flows.gateway._rounds import Gateway, new_response_id
+from respflow.operators import RelayError, RequestError, RespflowError, UpstreamError
+
+log = logging.getLogger("respflow")
+
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_FORWARD = (b"authorization", b"openai-organization", b"openai-project")
+
+
+def error_body(message: str, *, kind: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """An OpenAI-shaped error body."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_status(exc: RespflowError) -> int:
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status
+    return 400 if isinstance(exc, RequestError) else 502
+
+
+def error_payload(exc: RespflowError) -> dict[str, Any]:
+    """The OpenAI-shaped body for ``exc`` (an upstream's own error message when it gave one)."""
+    status = error_status(exc)
+    message = exc.message
+    if isinstance(exc, UpstreamError) and exc.body_excerpt:
+        try:
+            upstream = orjson.loads(exc.body_excerpt)
+            inner = upstream.get("error") if isinstance(upstream, dict) else None
+            if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+                message = f"upstream: {inner['message']}"
+        except orjson.JSONDecodeError:
+            pass
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return error_body(message, kind=kind, code=exc.code, param=getattr(exc, "param", None))
+
+
+async def send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = orjson.dumps(body)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*_JSON_HEADERS, (b"content-length", str(len(data)).encode()), *(headers or [])],
+        }
+    )
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The request headers that go upstream: credentials and ``x-*`` (never logged)."""
+    out: dict[str, str] = {}
+    for name, value in raw:
+        lowered = name.lower()
+        if lowered in _FORWARD or lowered.startswith(b"x-"):
+            out[lowered.decode("latin-1")] = value.decode("latin-1")
+    return out
+
+
+async def read_json_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit: int) -> dict[str, Any]:
+    """The request body as a JSON object (bounded by ``limit`` bytes).
+
+    Raises:
+        RequestError: over the limit (413), not JSON or not an object (400).
+        ClientGone: the client disconnected before the body was read.
+    """
+    for name, value in headers:
+        if name.lower() == b"content-length" and value.isdigit() and int(value) > limit:
+            raise RequestError(f"the request body is over {limit} bytes", status=413, code="request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"the request body is over {limit} bytes", status=413, code="request_too_large")
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    try:
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        raise RequestError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+class ClientGone(Exception):
+    """The client disconnected."""
+
+
+class _Watch:
+    """Why a streamed request's task was cancelled, if it was."""
+
+    __slots__ = ("finished", "reason")
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.finished = False
+
+
+class AsgiSink:
+    """Client SSE straight to the ASGI server: the response starts with the first bytes sent.
+
+    A send that has not completed within ``stall_timeout`` seconds (the client stopped reading)
+    aborts the stream: one timer per stream checks it, not one per send.
+    """
+
+    __slots__ = ("_handle", "_loop", "_send", "_since", "_stall", "_task", "_watch", "started")
+
+    def __init__(self, send: Send, *, stall_timeout: float, task: asyncio.Task[Any], watch: _Watch) -> None:
+        self._send = send
+        self.started = False
+        self._stall = stall_timeout
+        self._task = task
+        self._watch = watch
+        self._since: float | None = None
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        if stall_timeout > 0:
+            self._handle = self._loop.call_at(self._loop.time() + stall_timeout, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self._since
+        if since is not None and now - since >= self._stall and not self._watch.finished:
+            if self._watch.reason is None:
+                self._watch.reason = "client_stalled"
+                self._task.cancel()
+            return
+        self._handle = self._loop.call_at((since if since is not None else now) + self._stall, self._check)
+
+    async def send(self, data: bytes) -> None:
+        self._since = self._loop.time()
+        if not self.started:
+            self.started = True
+            await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        self._since = None
+
+    async def aclose(self) -> None:
+        self.stop()
+        if self.started:
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+async def _watch_disconnect(receive: Receive, watch: _Watch, task: asyncio.Task[Any]) -> None:
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            if not watch.finished and watch.reason is None:
+                watch.reason = "client_disconnected"
+                task.cancel()
+            return
+
+
+class GatewayApp(Starlette):
+    """The gateway's ASGI app: the hot path first, then Starlette's routes and middleware."""
+
+    def __init__(self, gateway: Gateway, *, max_body_bytes: int = 4 << 20) -> None:
+        self.gateway = gateway
+        self.max_body_bytes = max_body_bytes
+
+        async def health(request: Request) -> JSONResponse:
+            return JSONResponse(
+                {"status": "ok", "upstream": gateway.upstream, "streams": gateway.active, "max_streams": gateway.max_streams}
+            )
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            yield
+            await gateway.aclose()
+
+        super().__init__(routes=[Route("/health", health, methods=["GET"])], lifespan=lifespan)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            root: str = scope.get("root_path", "")
+            if root and path.startswith(root):
+                path = path[len(root) :]
+            if path == "/v1/responses":
+                await self.create_response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def create_response(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/responses``."""
+        started = time.monotonic()
+        gateway = self.gateway
+        if gateway.active >= gateway.max_streams:
+            gateway.rejected += 1
+            body = error_body(
+                f"the gateway is at its limit of {gateway.max_streams} concurrent responses; retry shortly",
+                kind="server_error",
+                code="too_many_streams",
+            )
+            await send_json(send, 503, body, [(b"retry-after", b"1")])
+            _log_line("?", None, 0, 0, "rejected: too_many_streams", started)
+            return
+        gateway.active += 1
+        try:
+            try:
+                body = await read_json_body(receive, scope["headers"], self.max_body_bytes)
+            except ClientGone:
+                _log_line("?", None, 0, 0, "client disconnected", started)
+                return
+            except RequestError as exc:
+                await send_json(send, error_status(exc), error_payload(exc))
+                _log_line("?", None, 0, 0, f"client_error: {exc.code}", started)
+                return
+            headers = forwarded_headers(scope["headers"])
+            if body.get("stream") is True:
+                await self._streamed(body, headers, receive, send, started)
+            else:
+                await self._collected(body, headers, send, started)
+        finally:
+            gateway.active -= 1
+
+    async def _collected(self, body: Mapping[str, Any], headers: dict[str, str], send: Send, started: float) -> None:
+        response_id = new_response_id()
+        try:
+            response, rounds = await self.gateway.run(body, headers, None, response_id=response_id)
+        except RespflowError as exc:
+            await send_json(send, error_status(exc), error_payload(exc))
+            _log_line("false", response_id, 0, 0, _error_outcome(exc), started)
+            return
+        except Exception:
+            log.exception("the gateway failed on a request")
+            await send_json(send, 500, error_body("the gateway failed; see its log", kind="server_error", code="internal_error"))
+            _log_line("false", response_id, 0, 0, "error: internal_error", started)
+            return
+        data = response.to_json()
+        await send({"type": "http.response.start", "status": 200, "headers": [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        _log_line("false", response_id, rounds, len(response.output), response.status, started)
+
+    async def _streamed(self, body: Mapping[str, Any], headers: dict[str, str], receive: Receive, send: Send, started: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        watch = _Watch()
+        sink = AsgiSink(send, stall_timeout=self.gateway.client_stall_timeout, task=task, watch=watch)
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, watch, task))
+        response_id = new_response_id()
+        outcome, rounds, items = "completed", 0, 0
+        try:
+            try:
+                response, rounds = await self.gateway.run(body, headers, sink, response_id=response_id)
+                items = len(response.output)
+                outcome = response.status
+            except asyncio.CancelledError:
+                if watch.reason is None:
+                    raise  # the server is shutting down
+                task.uncancel()
+                outcome = "cancelled: client disconnected" if watch.reason == "client_disconnected" else "client_error: client_stalled"
+                return
+            except RelayError as exc:
+                outcome = f"client_error: {exc.code}"
+                return
+            except RespflowError as exc:
+                outcome = _error_outcome(exc)
+                if not sink.started:
+                    sink.stop()
+                    await send_json(send, error_status(exc), error_payload(exc))
+                    return
+            except Exception as exc:
+                outcome = f"error: internal_error ({type(exc).__name__})"
+                log.exception("the gateway failed on a streamed request")
+                if not sink.started:
+                    sink.stop()
+                    await send_json(send, 500, error_body("the gateway failed; see its log", kind="server_error", code="internal_error"))
+                    return
+            watch.finished = True
+            await sink.aclose()
+        finally:
+            watch.finished = True
+            sink.stop()
+            watcher.cancel()
+            _log_line("true", response_id, rounds, items, outcome, started)
+
+
+def _error_outcome(exc: RespflowError) -> str:
+    status = error_status(exc)
+    return f"client_error: {exc.code}" if status < 500 else f"error: {exc.code}"
+
+
+def _log_line(stream: str, response_id: str | None, rounds: int, items: int, outcome: str, started: float) -> None:
+    log.info(
+        "POST /v1/responses stream=%s id=%s rounds=%d items=%d outcome=%s %.3fs",
+        stream,
+        response_id or "-",
+        rounds,
+        items,
+        outcome,
+        time.monotonic() - started,
+    )
+
+
+def gateway_app(gateway: Gateway, *, max_body_bytes: int = 4 << 20) -> GatewayApp:
+    """The ASGI app of ``gateway``: ``POST /v1/responses`` (streaming and not), ``GET /health``."""
+    return GatewayApp(gateway, max_body_bytes=max_body_bytes)
