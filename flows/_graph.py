@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from reactivex import Observable
-from reactivex.subject import Subject
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
 
 from respflow.operators import (
     AgentPipeline,
@@ -129,16 +129,31 @@ class Graph:
         return self.finish_response(self.pipeline.finish())
 
 
+class _Entry:
+    """The graph's entry: an observable with one subscriber, pushed into directly. (A
+    `Subject` would take a lock and copy its observer list on every read; a graph carries one
+    stream and one subscriber, pushed from one lane at a time.)"""
+
+    def __init__(self) -> None:
+        self.observer: abc.ObserverBase[list[bytes]] | None = None
+
+    def subscribe(self, observer: abc.ObserverBase[list[bytes]], scheduler: abc.SchedulerBase | None = None) -> abc.DisposableBase:
+        self.observer = observer
+        return Disposable()
+
+
 class GraphRun:
     """Drive a Graph synchronously, one read at a time (never concurrently)."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self._subject: Subject[list[bytes]] = Subject()
         self._out: list[Frame] = []
         self._error: Exception | None = None
         self._completed = False
-        graph.subscribe_to(self._subject).subscribe(self._collect, self._on_error, self._on_completed)
+        entry = _Entry()
+        graph.subscribe_to(Observable(entry.subscribe)).subscribe(self._collect, self._on_error, self._on_completed)
+        assert entry.observer is not None
+        self._entry = entry.observer
 
     def _collect(self, batch: list[Frame]) -> None:
         self._out.extend(batch)
@@ -161,13 +176,13 @@ class GraphRun:
             RespflowError: with ``partial`` = the frames produced before the error.
         """
         if self._error is None and not self._completed:
-            self._subject.on_next([chunk])
+            self._entry.on_next([chunk])
         return self._take()
 
     def close(self) -> Translation:
         """End of input: flush every stage; the last frames out."""
         if self._error is None and not self._completed:
-            self._subject.on_completed()
+            self._entry.on_completed()
         return self._take()
 
     def _take(self) -> Translation:

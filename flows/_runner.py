@@ -1,18 +1,26 @@
 """Where the graph runs: the event loop owns all I/O and buffers; a small shared pool runs reads.
 
-``batches(source, run)`` is the recommended runner of ``reference/reactive.md`` §4 (E-hybrid):
+``batches(source, run)`` is the runner of ``reference/reactive.md`` §4 (E-hybrid), with one
+refinement measured on the serving path (``respflow bench --serve``): no task hop while the
+upstream trickles.
 
-* a pump task on the loop reads upstream (the read timeout times ONLY the read itself: time
-  parked on backpressure never counts);
-* a read under ``inline_max_bytes`` is processed inline when the stream has nothing in flight
-  (a thread hop would cost more than the work); a bigger read (a burst) goes to the stream's
-  `Strand` — a serial lane on the small shared `CorePool` — with at most two reads in flight;
-* results go, in order, into a `BatchQueue` bounded in batches AND bytes; a full queue parks
-  the pump's awaited ``put``, so a slow consumer stops the upstream reads. The core thread
-  never blocks and never waits for the loop;
-* the consumer's exit (done, error, cancel) cancels the pump, which closes the source.
+* **Pull, while the upstream trickles.** A real LLM stream arrives about one event per read.
+  While the relay keeps up, the relay's own task reads upstream, runs the graph inline on the
+  read and relays its frames: ONE task wake-up per read (a pump task plus a queue cost a
+  second wake-up and a second stack resumed per event). The bounded buffer is then empty —
+  nothing waits between the core and the relay.
+* **Pump, once the upstream got ahead.** A read over ``inline_max_bytes`` means bytes piled up
+  upstream (a burst, or a relay that was slow): from then on a pump task reads ahead into a
+  `BatchQueue` bounded in batches AND bytes (a full queue parks the pump's awaited ``put``,
+  so a slow consumer stops the upstream reads), while the relay drains it. In the ``worker``
+  placement a big read goes to the stream's `Strand` — a serial lane on the small shared
+  `CorePool` — with at most two reads in flight; a small one with nothing in flight runs
+  inline. The core thread never blocks and never waits for the loop.
+* The read timeout times ONLY a read in progress (time parked on backpressure never counts),
+  with one timer per stream (`_Watchdog`), not one per read.
+* The consumer's exit (done, error, cancel) cancels the pump and closes the source.
 
-``placement="inline"`` runs everything on the loop (no thread at all).
+``placement="inline"`` never uses a thread (the pump, when it runs, processes on the loop).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import asyncio
 import collections
 import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
 from typing import Any, Literal, Protocol, TypeVar
 
 from respflow.flows._graph import GraphRun
@@ -223,23 +231,29 @@ def chunk_source(source: AsyncIterable[bytes] | ChunkSource) -> ChunkSource:
 
 class _Watchdog:
     """One timer per stream for the read timeout: a read in progress for ``timeout`` seconds
-    cancels the pump. The pump only writes ``since`` (the loop time its read started, None
-    while it is not reading): time parked on backpressure never counts, no timer per read."""
+    cancels the task that is reading. A reader only writes ``since`` (the loop time its read
+    started; None while it is not reading): time parked on backpressure never counts, and
+    there is no timer per read."""
 
     __slots__ = ("_handle", "_loop", "_task", "_timeout", "fired", "since")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, task: asyncio.Task[Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         self._loop = loop
         self._timeout = timeout
-        self._task = task
+        self._task: asyncio.Task[Any] | None = None
         self.since: float | None = None
         self.fired = False
         self._handle = loop.call_at(loop.time() + timeout, self._check)
 
+    def reading(self, task: asyncio.Task[Any]) -> None:
+        """``task`` starts a read now."""
+        self._task = task
+        self.since = self._loop.time()
+
     def _check(self) -> None:
         now = self._loop.time()
         since = self.since
-        if since is not None and now - since >= self._timeout:
+        if since is not None and now - since >= self._timeout and self._task is not None:
             self.fired = True
             self._task.cancel()
             return
@@ -288,47 +302,110 @@ async def batches(
     if placement not in ("worker", "inline"):
         raise ValueError(f"placement must be 'worker' or 'inline', not {placement!r}")
     reader = chunk_source(source)
-    queue = BatchQueue(max_entries=out_max, max_bytes=out_max_bytes)
-    executor = CorePool.acquire() if placement == "worker" else None
-    strand = Strand(executor) if executor is not None else None
     loop = asyncio.get_running_loop()
+    watchdog = _Watchdog(loop, read_timeout) if read_timeout > 0 else None
+    read = reader.read
+    process = run.process
+    pump: _Pump | None = None
+    try:
+        while True:  # pull: this task reads, runs the graph and yields
+            chunk = await _timed_read(read, watchdog, read_timeout)
+            if not chunk:
+                yield run.close()
+                return
+            if len(chunk) > inline_max_bytes:
+                break  # the upstream got ahead: read ahead from now on
+            yield process(chunk)
+            if run.done:
+                yield run.close()
+                return
+        pump = _Pump(reader, run, watchdog, read_timeout, placement, out_max, out_max_bytes, inline_max_bytes)
+        pump.start(chunk)
+        get = pump.queue.get
+        while True:
+            item = await get()
+            if item is _END:
+                return
+            if type(item) is _Failed:
+                raise item.error
+            yield item  # type: ignore[misc]
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+        if pump is not None:
+            await pump.stop()
+            if stats is not None:
+                stats["peak_batches"] = pump.queue.peak_entries
+                stats["peak_bytes"] = pump.queue.peak_bytes
+                stats["parked_s"] = pump.queue.parked
+        await reader.aclose()
 
-    async def pump() -> None:
+
+async def _timed_read(read: Callable[[], Awaitable[bytes]], watchdog: _Watchdog | None, read_timeout: float) -> bytes:
+    """One read, timed by the stream's watchdog (never the time between reads)."""
+    if watchdog is None:
+        return await read()
+    task = asyncio.current_task()
+    assert task is not None
+    watchdog.reading(task)
+    try:
+        return await read()
+    except asyncio.CancelledError:
+        if not watchdog.fired:
+            raise
+        task.uncancel()
+        raise _read_timeout_error(read_timeout) from None
+    finally:
+        watchdog.since = None
+
+
+class _Pump:
+    """The read-ahead task of a stream whose upstream got ahead of the relay."""
+
+    def __init__(
+        self,
+        reader: ChunkSource,
+        run: GraphRun,
+        watchdog: _Watchdog | None,
+        read_timeout: float,
+        placement: Placement,
+        out_max: int,
+        out_max_bytes: int,
+        inline_max_bytes: int,
+    ) -> None:
+        self.queue = BatchQueue(max_entries=out_max, max_bytes=out_max_bytes)
+        self._reader = reader
+        self._run = run
+        self._watchdog = watchdog
+        self._read_timeout = read_timeout
+        self._inline_max = inline_max_bytes
+        self._executor = CorePool.acquire() if placement == "worker" else None
+        self._strand = Strand(self._executor) if self._executor is not None else None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, first: bytes) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._pump(first), name="respflow-pump")
+
+    async def _pump(self, chunk: bytes) -> None:
+        loop = asyncio.get_running_loop()
         inflight: collections.deque[tuple[asyncio.Future[Translation], int]] = collections.deque()
-        task = asyncio.current_task()
-        assert task is not None
-        watchdog = _Watchdog(loop, read_timeout, task) if read_timeout > 0 else None
-        read = reader.read
-        process = run.process
-        put = queue.put
+        run, strand, put = self._run, self._strand, self.queue.put
         try:
             try:
-                while True:
-                    if watchdog is not None:
-                        watchdog.since = loop.time()
-                        chunk = await read()
-                        watchdog.since = None
-                    else:
-                        chunk = await read()
-                    if not chunk:
-                        break
+                while chunk:
                     size = len(chunk)
-                    if strand is None or (not inflight and size <= inline_max_bytes):
-                        await put(process(chunk), size)
+                    if strand is None or (not inflight and size <= self._inline_max):
+                        await put(run.process(chunk), size)
                     else:
-                        inflight.append((asyncio.wrap_future(strand.submit(process, chunk), loop=loop), size))
+                        inflight.append((asyncio.wrap_future(strand.submit(run.process, chunk), loop=loop), size))
                         if len(inflight) >= INFLIGHT:
                             future, n = inflight.popleft()
                             await put(await future, n)
                     if run.done:
                         break
-            except asyncio.CancelledError:
-                if watchdog is None or not watchdog.fired:
-                    raise
-                task.uncancel()
-                error: BaseException = _read_timeout_error(read_timeout)
+                    chunk = await _timed_read(self._reader.read, self._watchdog, self._read_timeout)
             except Exception as exc:
-                error = exc
+                error: BaseException = exc
             else:
                 while inflight:
                     future, n = inflight.popleft()
@@ -346,33 +423,17 @@ async def batches(
         except BaseException as exc:
             await put(_Failed(exc), 0)
         finally:
-            if watchdog is not None:
-                watchdog.stop()
             if strand is not None:
                 strand.cancel_pending()
             for future, _ in inflight:
                 future.cancel()
-            await reader.aclose()
 
-    task = loop.create_task(pump(), name="respflow-pump")
-    get = queue.get
-    try:
-        while True:
-            item = await get()
-            if item is _END:
-                return
-            if type(item) is _Failed:
-                raise item.error
-            yield item  # type: ignore[misc]
-    finally:
-        if not task.done():
-            task.cancel()
-        try:
+    async def stop(self) -> None:
+        task = self._task
+        if task is not None:
+            if not task.done():
+                task.cancel()
             await asyncio.shield(asyncio.gather(task, return_exceptions=True))
-        finally:
-            if executor is not None:
-                CorePool.release()
-            if stats is not None:
-                stats["peak_batches"] = queue.peak_entries
-                stats["peak_bytes"] = queue.peak_bytes
-                stats["parked_s"] = queue.parked
+        if self._executor is not None:
+            self._executor = None
+            CorePool.release()

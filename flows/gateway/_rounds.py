@@ -19,12 +19,11 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from aiostream import stream
 from pydantic import ValidationError
 
 from respflow.flows._graph import Graph, GraphRun
@@ -337,7 +336,10 @@ class Gateway:
             read_timeout=self.limits.read_timeout,
         )
         if relay is not None:
-            async with (stream.iterate(reads) | relayed.pipe(relay)).stream() as relaying:
+            # the relay sink's raw async generator: aiostream's Stream wrappers would add two
+            # more layers per read; `relayed` itself closes ``reads`` on any exit
+            relaying = cast(AsyncGenerator[int, None], relayed.raw(reads, relay))
+            async with contextlib.aclosing(relaying):
                 async for _ in relaying:
                     pass
         else:
