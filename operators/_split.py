@@ -80,6 +80,12 @@ class LineSplitter:
             raise self._error
         if self._done or not chunk:
             return []
+        if not self._tail and not self._data and not self._skip_lf and chunk[-2:] == b"\n\n":
+            # the trickle: one read is one whole event, as vLLM and OpenAI write it —
+            # ``data: {…}`` or one payload-less line (``event: …``) before it, then a blank line
+            one = self._one_event(chunk)
+            if one is not None:
+                return one
         if self._skip_lf:
             self._skip_lf = False
             if chunk[:1] == b"\n":
@@ -114,6 +120,24 @@ class LineSplitter:
         if self._error is not None and not out:
             raise self._error
         return out
+
+    def _one_event(self, chunk: bytes) -> list[SseLine] | None:
+        """``chunk`` as one event if it is exactly one, in the common shape; else None."""
+        if len(chunk) > self._max or b"\r" in chunk:
+            return None
+        end = len(chunk) - 2
+        first = chunk.find(b"\n")
+        if first == end:
+            if chunk.startswith(b"data: {"):
+                self._line_no += 2
+                return [(chunk[6:end], self._line_no - 1)]
+            return None
+        # a first line that carries no payload (event:, a comment, id:, or blank: nothing is
+        # pending), then exactly one JSON data line
+        if chunk.startswith(b"data:") or chunk.find(b"\n", first + 1) != end or not chunk.startswith(b"data: {", first + 1):
+            return None
+        self._line_no += 3
+        return [(chunk[first + 7 : end], self._line_no - 1)]
 
     def _fast(self, parts: list[bytes], out: list[SseLine]) -> None:
         """No line can be over the limit: whole events in bulk where the stream keeps one shape.

@@ -46,6 +46,7 @@ from respflow.operators import (
 _TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
 _TEXT_EVENTS = frozenset({"response.output_text.delta", "response.output_text.done"})
+_KEEPALIVES = frozenset({"keepalive", "response.keepalive"})
 
 
 class Sink(Protocol):
@@ -79,6 +80,12 @@ def sse_frame(event: Mapping[str, Any]) -> bytes:
 def keepalive(comment: str = "keep-alive") -> bytes:
     """A keep-alive: an SSE comment, which every client ignores."""
     return b": " + comment.replace("\n", " ").encode() + b"\n\n"
+
+
+def _relayable(data: Mapping[str, Any]) -> bool:
+    """Typeless frames cannot be relayed; terminals are the owner's; keep-alives are comments."""
+    kind = data.get("type")
+    return isinstance(kind, str) and bool(kind) and kind not in _TERMINALS and kind not in _KEEPALIVES
 
 
 def defer_order(index: int | None) -> tuple[bool, int]:
@@ -163,15 +170,23 @@ class Relay:
             frames, boundary = translation.frames, translation.defer_from
         else:
             frames, boundary = translation, self._boundary
+        if boundary is None and self._boundary is None and not self._deferred:
+            # nothing waits and nothing must wait: every frame goes now, in one send
+            rewrite = self._rewrite
+            await self._send(
+                [
+                    rewrite(data)
+                    for data in (f.data if isinstance(f, Frame) else dict(f) for f in frames)
+                    if _relayable(data)
+                ]
+            )
+            return
         now: list[dict[str, Any]] = []
         new_deferred: list[_Deferred] = []
         extra_bytes = 0
         for frame in frames:
             data = frame.data if isinstance(frame, Frame) else dict(frame)
-            kind = data.get("type")
-            if not isinstance(kind, str) or not kind or kind in _TERMINALS:
-                continue  # typeless frames cannot be relayed; terminals are the owner's
-            if kind in ("keepalive", "response.keepalive"):
+            if not _relayable(data):
                 continue
             index = data.get("output_index")
             index = index if isinstance(index, int) else None
@@ -215,17 +230,25 @@ class Relay:
             )
 
     def _rewrite(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The funnel's own copy of an upstream frame, rewritten for the client."""
+        """An upstream frame as the client gets it: the funnel's own copy where something must
+        change (so a send that failed can be retried: nothing was applied twice); the frame
+        itself where nothing does — its ``sequence_number`` is stamped at each send anyway."""
         kind = data["type"]
-        out = data.copy()
         if kind in _LIFECYCLE:
+            out = data.copy()
             out["response"] = self._lifecycle_snapshot(data.get("response"))
             return out
-        if self._offset and type(out.get("output_index")) is int:
+        offset = self._offset and type(data.get("output_index")) is int
+        response = "response" in data and isinstance(data["response"], dict)
+        logprobs = kind in _TEXT_EVENTS and type(data.get("logprobs")) is not list
+        if not (offset or response or logprobs):
+            return data
+        out = data.copy()
+        if offset:
             out["output_index"] += self._offset
-        if "response" in out and isinstance(out["response"], dict):
+        if response:
             out["response"] = dict(out["response"], id=self.response_id)
-        if kind in _TEXT_EVENTS and type(out.get("logprobs")) is not list:
+        if logprobs:
             out["logprobs"] = []
         return out
 
@@ -338,7 +361,8 @@ class Relay:
     async def _send(self, events: list[dict[str, Any]], *, start: bool = False) -> None:
         """Stamp, serialize and send a batch in one write; commit only after it was sent."""
         seq = self.sequence
-        sent = set(self._sent_types)
+        sent = self._sent_types  # copied before a lifecycle event changes it (commit after send)
+        copied = False
         if "response.created" not in sent and (events or start):
             # every client needs response.created first: make one if upstream sent none yet
             first = events[0]["type"] if events else ""
@@ -360,6 +384,8 @@ class Relay:
                     continue  # once per response
                 if kind == "response.in_progress" and "response.created" not in sent:
                     continue
+                if not copied:
+                    sent, copied = set(sent), True
                 sent.add(kind)
             event["sequence_number"] = seq
             head = heads.get(kind) or _head(kind)

@@ -50,6 +50,31 @@ def test_any_chunking_gives_the_same_lines_and_response(name: str, cuts: list[in
     assert stable(one) == stable(many)
 
 
+EVENT_SHAPES = [
+    b'data: {"a":1}\n\n',
+    b'event: x\ndata: {"b":2}\n\n',
+    b": comment\ndata: {\"c\":3}\n\n",
+    b"data: [DONE]\n\n",
+    b'data:{"d":4}\n\n',
+    b"\ndata: {\"e\":5}\n\n",
+    b'data: {"f":6}\ndata: {"g":7}\n\n',
+    b"event: y\n\n",
+    b'data: {"h"\n\n',
+    b"id: 3\nevent: z\ndata: {\"i\":9}\n\n",
+    b'data: {"j":10}\r\n\r\n',
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(st.sampled_from(EVENT_SHAPES), min_size=1, max_size=12), cuts=st.lists(st.integers(0, 400), max_size=6))
+def test_one_event_per_read_splits_as_one_read(events: list[bytes], cuts: list[int]) -> None:
+    """The trickle fast path (a read that is exactly one event) agrees with the line loop:
+    event-aligned reads, mixed with arbitrary cuts, give the lines of one whole read."""
+    body = b"".join(events)
+    reads = [piece for event in events for piece in chunked(event, cuts)]
+    assert split(reads) == split([body]) == split([bytes([b]) for b in body])
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     name=st.sampled_from(sorted(BODIES)),
