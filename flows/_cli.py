@@ -63,6 +63,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--placement", choices=("worker", "inline"), default="worker")
     serve.add_argument("--pace", type=float, default=0.02, help="simulator: seconds between tokens")
     serve.add_argument(
+        "--max-streams",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="responses served at once (per worker); one more gets an immediate 503 with Retry-After",
+    )
+    serve.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="N processes behind one port (SO_REUSEPORT)"
+    )
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument(
         "--demo-tools",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -126,14 +137,46 @@ def _relay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _without_option(argv: list[str], name: str) -> list[str]:
+    """``argv`` without ``name VALUE`` / ``name=VALUE``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            out.append(arg)
+    return out
+
+
+def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
     import logging
 
-    from respflow.flows._serve import run_loop, serve
+    from respflow.flows._serve import run_loop, serve, supervise
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.max_streams < 1 or args.workers < 1:
+        print("error[invalid_argument]: --max-streams and --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        argv = [a for a in (sys_argv or sys.argv[1:]) if a != "serve"]
+        argv = _without_option(argv, "--workers")
+        return supervise(argv, args.workers, host=args.host, port=args.port)
     demo = args.demo_tools if args.demo_tools is not None else args.upstream is None
-    run_loop(serve(upstream=args.upstream, host=args.host, port=args.port, placement=args.placement, pace=args.pace, demo_tools=demo))
+    run_loop(
+        serve(
+            upstream=args.upstream,
+            host=args.host,
+            port=args.port,
+            placement=args.placement,
+            pace=args.pace,
+            demo_tools=demo,
+            max_streams=args.max_streams,
+            reuse_port=args.reuse_port,
+        )
+    )
     return 0
 
 
@@ -205,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fold":
             return _fold(args)
         if args.command == "serve":
-            return _serve(args)
+            return _serve(args, list(argv) if argv is not None else None)
         if args.command == "relay":
             return _relay(args)
         if args.command == "bench":

@@ -1,12 +1,24 @@
-"""``respflow serve``: the gateway under uvicorn, with the upstream simulator when no upstream
-is given (both on one event loop; the simulator on an ephemeral 127.0.0.1 port)."""
+"""``respflow serve``: the gateway under uvicorn (uvloop + httptools where installed), with the
+upstream simulator when no upstream is given (both on one event loop; the simulator on an
+ephemeral 127.0.0.1 port).
+
+``--workers N`` (N > 1) runs N such processes behind one port: each binds it with
+``SO_REUSEPORT`` (the kernel spreads connections over them) and has its own loop, upstream
+pool and, without ``--upstream``, its own simulator; the parent only supervises — it restarts a
+worker that dies and stops them all on SIGINT/SIGTERM. The gateway keeps no state between
+requests, so workers share nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -52,7 +64,16 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 def _server(app: Any, sock: socket.socket) -> tuple[uvicorn.Server, socket.socket]:
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=_http_protocol())
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        http=_http_protocol(),
+        proxy_headers=False,  # the gateway logs no client address; no per-request parse
+        server_header=False,
+        backlog=4096,
+    )
     return uvicorn.Server(config), sock
 
 
@@ -65,9 +86,11 @@ def _http_protocol() -> str:
     return "httptools"
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
 
@@ -80,6 +103,8 @@ async def serve(
     placement: Placement = "worker",
     pace: float = 0.02,
     demo_tools: bool = False,
+    max_streams: int = 1024,
+    reuse_port: bool = False,
 ) -> None:
     """Run the gateway until interrupted."""
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
@@ -87,14 +112,58 @@ async def serve(
         sim_sock = _bind("127.0.0.1", 0)
         upstream = f"http://127.0.0.1:{sim_sock.getsockname()[1]}/v1"
         servers.append(_server(simulator_app(pace=pace), sim_sock))
-    gateway = Gateway(upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement)
-    gw_sock = _bind(host, port)
+    gateway = Gateway(upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement, max_streams=max_streams)
+    gw_sock = _bind(host, port, reuse_port=reuse_port)
     servers.append(_server(gateway_app(gateway), gw_sock))
     where = gw_sock.getsockname()
     kind = "built-in simulator" if len(servers) == 2 else "upstream"
-    log.info("serving on http://%s:%s/v1 (%s at %s)", where[0], where[1], kind, upstream)
+    log.info(
+        "serving on http://%s:%s/v1 (%s at %s; at most %d streams at once)",
+        where[0],
+        where[1],
+        kind,
+        upstream,
+        max_streams,
+    )
     # What is imported and built by now lives as long as the process: the cyclic GC need not
     # walk it again on every full collection (≈ 0.3 µs per relayed event measured). This is
     # the server's own process; the library never touches gc settings.
     gc.freeze()
     await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers))
+
+
+def supervise(argv: list[str], workers: int, *, host: str, port: int) -> int:
+    """Run ``workers`` copies of ``respflow serve <argv>`` on one port (SO_REUSEPORT) until
+    SIGINT/SIGTERM; a worker that dies is restarted (at most once a second)."""
+    probe = _bind(host, port, reuse_port=True)  # fail here, once, if the port is taken
+    probe.close()
+    command = [sys.executable, "-m", "respflow", "serve", *argv, "--reuse-port"]
+    procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(command) for _ in range(workers)]
+    log.info("respflow serve: %d workers on http://%s:%s/v1 (pids %s)", workers, host, port, ", ".join(str(p.pid) for p in procs))
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    last_restart = 0.0
+    while not stopping:
+        time.sleep(0.2)
+        for i, proc in enumerate(procs):
+            if proc.poll() is not None and not stopping and time.monotonic() - last_restart > 1.0:
+                log.warning("worker %d (pid %d) exited with %s; restarting it", i, proc.pid, proc.returncode)
+                procs[i] = subprocess.Popen(command)
+                last_restart = time.monotonic()
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return 0
