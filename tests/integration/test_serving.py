@@ -182,11 +182,13 @@ def test_two_gateways_sharing_a_busy_pool_answer_503_with_the_pool_code() -> Non
 
 
 class _OneShotServer:
-    """An upstream that answers one request per connection and then closes it, without saying
-    ``connection: close`` — a kept-alive connection the client believes reusable goes stale."""
+    """An upstream that answers the first request on a connection and closes the connection
+    when a second one arrives on it, unanswered — as a server whose idle timeout fires just as
+    the client reuses the kept-alive connection."""
 
     def __init__(self) -> None:
         self.requests = 0
+        self.dropped = 0
         self.port = 0
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -200,7 +202,12 @@ class _OneShotServer:
         body = HEAD + COMPLETED
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
-        writer.close()
+        try:
+            await reader.readuntil(b"\r\n\r\n")  # a second request on this connection …
+            self.dropped += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()  # … is dropped unanswered
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -212,9 +219,12 @@ class _OneShotServer:
         self._loop.run_until_complete(server.wait_closed())
         self._loop.close()
 
-    def __enter__(self) -> str:
+    def __enter__(self) -> _OneShotServer:
         self._thread.start()
         self._ready.wait(10)
+        return self
+
+    def __str__(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def __exit__(self, *exc: object) -> None:
@@ -223,7 +233,8 @@ class _OneShotServer:
 
 
 def test_a_stale_kept_alive_upstream_connection_is_retried_once_on_a_new_one() -> None:
-    async def main(up: str) -> list[bytes]:
+    async def main(server: _OneShotServer) -> list[bytes]:
+        up = str(server)
         client = Upstream()
         bodies = []
         try:
@@ -233,15 +244,16 @@ def test_a_stale_kept_alive_upstream_connection_is_retried_once_on_a_new_one() -
                 while chunk := await body.read():
                     data += chunk
                 await body.aclose()
-                await asyncio.sleep(0.05)  # the server has closed the connection by now
                 bodies.append(data)
         finally:
             await client.aclose()
         return bodies
 
-    with _OneShotServer() as up:
-        bodies = asyncio.run(main(up))
+    with _OneShotServer() as server:
+        bodies = asyncio.run(main(server))
+        stats = (server.requests, server.dropped)
     assert bodies == [HEAD + COMPLETED] * 3
+    assert stats == (3, 2)  # requests 2 and 3 first went to a stale connection
 
 
 def test_an_unreachable_upstream_is_typed_and_logged_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
