@@ -279,3 +279,92 @@ def format_capacity(rows: list[dict[str, Any]]) -> str:
         steps = ", ".join(f"{s['streams']}: +{s['added_p99_ms']} ms{' ERR' if s['errors'] else ''}" for s in r["steps"])
         out.append(f"{r['workers']} worker(s): held {r['held_streams']} streams at added p99 ≤ {r['bar_ms']:g} ms  ({steps})")
     return "\n".join(out)
+
+
+def process_resources(pid: int) -> dict[str, float]:
+    """Threads, open file descriptors and resident memory (MiB) of a process."""
+    status = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            status[key] = value.strip()
+    return {
+        "threads": int(status["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "rss_mib": round(int(status["VmRSS"].split()[0]) / 1024, 1),
+    }
+
+
+async def _soak_clients(url: str, total: int, concurrency: int, rate: float, events: int) -> dict[str, int]:
+    import asyncio
+
+    from respflow.flows._loadgen import soak_stream
+
+    hostport, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = hostport.partition(":")
+    gate = asyncio.Semaphore(concurrency)
+    seen: dict[str, int] = {}
+
+    async def one(i: int) -> None:
+        # a fifth abandon mid-stream, a tenth (others) meet an upstream that cuts
+        abandon = events // 2 if i % 5 == 0 else None
+        cut = events // 3 if i % 10 == 3 else None
+        # an abandoned stream asks for ten times the events: its upstream is still sending
+        # long after the client left, so an upstream connection left open would show
+        length = events * 10 if abandon is not None else events
+        async with gate:
+            try:
+                outcome = await soak_stream(host, int(port), "/" + path, rate=rate, events=length, cut=cut, abandon_after=abandon)
+            except Exception as exc:  # counted: a soak must not lose a stream silently
+                outcome = f"error: {type(exc).__name__}"
+        expected = "abandoned" if abandon is not None else ("failed" if cut is not None else "completed")
+        key = outcome if outcome == expected else f"unexpected {outcome} (wanted {expected})"
+        seen[key] = seen.get(key, 0) + 1
+
+    await asyncio.gather(*(one(i) for i in range(total)))
+    return seen
+
+
+def run_soak(
+    *,
+    total: int = 2000,
+    concurrency: int = 200,
+    rate: float = 50.0,
+    events: int = 40,
+    serve_extra: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
+    """``total`` streams through one ``respflow serve``, ``concurrency`` at a time (a fifth
+    abandoned by their client mid-stream, a tenth against an upstream that cuts): what the
+    clients saw, and the server's threads, fds and RSS before and after."""
+    import asyncio
+
+    up_port, gw_port = free_port(), free_port()
+    with _processes() as procs:
+        upstream = _spawn(["-m", "respflow.flows._loadgen", "upstream", str(up_port)])
+        procs.append(upstream)
+        wait_port(up_port, upstream)
+        gateway = _spawn(_serve_args(up_port, gw_port, 1, serve_extra))
+        procs.append(gateway)
+        wait_port(gw_port, gateway)
+        url = f"http://127.0.0.1:{gw_port}/v1/responses"
+        progress("  warming up (a first round the size of one wave)")
+        warm = asyncio.run(_soak_clients(url, concurrency, concurrency, rate, events))
+        time.sleep(0.5)
+        before = process_resources(gateway.pid)
+        progress(f"  {total} streams, {concurrency} at a time")
+        started = time.monotonic()
+        seen = asyncio.run(_soak_clients(url, total, concurrency, rate, events))
+        elapsed = time.monotonic() - started
+        time.sleep(0.5)  # the server's side of closed streams settles
+        after = process_resources(gateway.pid)
+    return {"total": total, "concurrency": concurrency, "seen": seen, "warmup_seen": warm, "before": before, "after": after, "seconds": round(elapsed, 1)}
+
+
+def format_soak(result: dict[str, Any]) -> str:
+    b, a = result["before"], result["after"]
+    seen = ", ".join(f"{k}: {v}" for k, v in sorted(result["seen"].items()))
+    return (
+        f"{result['total']} streams, {result['concurrency']} at a time, {result['seconds']} s — {seen}\n"
+        f"threads {b['threads']} → {a['threads']}, fds {b['fds']} → {a['fds']}, RSS {b['rss_mib']} → {a['rss_mib']} MiB"
+    )

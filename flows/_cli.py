@@ -96,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
         "--capacity", action="store_true", help="--serve: the most streams 1 and 2 workers hold at added p99 ≤ 50 ms"
     )
     bench.add_argument("--serve-arg", action="append", default=[], help="--serve: an extra argument for respflow serve")
+    bench.add_argument(
+        "--soak", action="store_true", help="--serve: 2,000 streams (200 at a time, some abandoned, some cut): leaks?"
+    )
     return parser
 
 
@@ -188,6 +191,16 @@ def _bench_serve(args: argparse.Namespace) -> int:
         run_serve_bench,
     )
 
+    if args.soak:
+        from respflow.flows._bench_serve import format_soak, run_soak
+
+        print("respflow bench --serve --soak: threads, fds and RSS before and after", file=sys.stderr)
+        soak = run_soak(total=400 if args.quick else 2000, serve_extra=args.serve_arg)
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps({"soak": soak}, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(format_soak(soak))
+        return 0
     if args.capacity:
         print("respflow bench --serve --capacity: streams held at added p99 ≤ 50 ms", file=sys.stderr)
         capacity = run_capacity(rate=args.rate, events=args.events, serve_extra=args.serve_arg)

@@ -123,8 +123,8 @@ async def _serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         )
         writer.write(b"0\r\n\r\n")
         await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
+    except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):
+        pass  # the client went away (uvloop says so with a RuntimeError on a closed transport)
     finally:
         writer.close()
 
@@ -204,6 +204,53 @@ async def _one(
             errors.append("stream ended without a terminal event")
     except Exception as exc:  # the benchmark counts failures
         errors.append(repr(exc)[:200])
+
+
+async def soak_stream(host: str, port: int, path: str, *, rate: float, events: int, cut: int | None, abandon_after: int | None) -> str:
+    """One soak client; what it saw: ``completed``, ``failed``, ``abandoned`` or ``malformed: …``.
+
+    A well-formed stream starts with ``response.created``, numbers its events 0..N without a
+    gap and ends with exactly one terminal event.
+    """
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        meta: dict[str, Any] = {"rate": rate, "events": events}
+        if cut is not None:
+            meta["cut"] = cut
+        body = json.dumps({"model": "m", "input": "x", "stream": True, "metadata": meta}).encode()
+        writer.write(
+            b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (path.encode(), host.encode(), len(body), body)
+        )
+        await writer.drain()
+        buffer = b""
+        seq = 0
+        deltas = 0
+        terminal: str | None = None
+        while terminal is None:
+            chunk = await reader.read(65536)
+            if not chunk:
+                return "malformed: the stream ended without a terminal event"
+            buffer += chunk
+            lines = buffer.split(b"\n")
+            buffer = lines.pop()
+            for line in lines:
+                if not line.startswith(b"data: "):
+                    continue
+                event = json.loads(line[6:])
+                if event.get("sequence_number") != seq or (seq == 0 and event.get("type") != "response.created"):
+                    return f"malformed: event {seq} is {event.get('type')} #{event.get('sequence_number')}"
+                seq += 1
+                kind = event.get("type")
+                if kind == "response.output_text.delta":
+                    deltas += 1
+                elif kind in ("response.completed", "response.failed", "response.incomplete"):
+                    terminal = kind.rsplit(".", 1)[1]
+            if abandon_after is not None and deltas >= abandon_after:
+                return "abandoned"
+        return terminal
+    finally:
+        writer.close()
 
 
 def quantile(values: list[float], q: float) -> float | None:

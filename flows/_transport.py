@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -60,25 +60,31 @@ class Upstream:
         self.connect_timeout = connect_timeout
         self._socket_options = list(socket_options)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
+
+    def _socket_factory(self) -> Callable[[Any], socket.socket] | None:
+        options = self._socket_options
+        if not options:
+            return None
+
+        def make_socket(addr: Any) -> socket.socket:
+            family, type_, proto, _, _ = addr
+            sock = socket.socket(family=family, type=type_, proto=proto)
+            for level, name, value in options:
+                sock.setsockopt(level, name, value)
+            return sock
+
+        return make_socket
 
     def session(self) -> aiohttp.ClientSession:
         """The aiohttp session (made on first use, inside the running loop)."""
         if self._session is None or self._session.closed:
-            options = self._socket_options
-
-            def make_socket(addr: Any) -> socket.socket:
-                family, type_, proto, _, _ = addr
-                sock = socket.socket(family=family, type=type_, proto=proto)
-                for level, name, value in options:
-                    sock.setsockopt(level, name, value)
-                return sock
-
             connector = aiohttp.TCPConnector(
                 limit=0,  # the bound is ours (`_slots`): a typed error, not a silent queue
                 keepalive_timeout=30,
                 ttl_dns_cache=300,
-                socket_factory=make_socket if options else None,
+                socket_factory=self._socket_factory(),
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -89,10 +95,22 @@ class Upstream:
             self._slots = asyncio.Semaphore(self.max_connections)
         return self._session
 
+    def _fresh_session(self) -> aiohttp.ClientSession:
+        """A session that never reuses a connection (for the one retry after a stale one)."""
+        if self._fresh is None or self._fresh.closed:
+            self._fresh = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True, socket_factory=self._socket_factory()),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=None),
+                read_bufsize=READ_BUFFER,
+                skip_auto_headers=("user-agent",),
+            )
+        return self._fresh
+
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
 
     async def open(
         self, base_url: str, body: Mapping[str, Any], *, headers: Mapping[str, str] | None = None
@@ -123,10 +141,13 @@ class Upstream:
         try:
             try:
                 response = await session.post(url, data=data, headers=send_headers)
-            except aiohttp.ServerDisconnectedError:
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError):
+                    raise  # no connection was made: nothing to retry on another one
                 # a kept-alive connection the upstream had closed (its idle timeout raced our
-                # reuse): it answered nothing, so the request is sent once more, on a new one
-                response = await session.post(url, data=data, headers=send_headers)
+                # reuse: a disconnect or a reset before any answer): the request is sent once
+                # more, on a new connection (the pool may hold more such stale ones)
+                response = await self._fresh_session().post(url, data=data, headers=send_headers)
         except BaseException as exc:
             slots.release()
             if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ServerTimeoutError | TimeoutError):
