@@ -307,9 +307,26 @@ async def batches(
     read = reader.read
     process = run.process
     pump: _Pump | None = None
+    now = loop.time
+    current_task = asyncio.current_task
     try:
         while True:  # pull: this task reads, runs the graph and yields
-            chunk = await _timed_read(read, watchdog, read_timeout)
+            if watchdog is None:
+                chunk = await read()
+            else:  # `_timed_read`, inline: one coroutine less per read
+                task = current_task()
+                assert task is not None
+                watchdog._task = task
+                watchdog.since = now()
+                try:
+                    chunk = await read()
+                except asyncio.CancelledError:
+                    if not watchdog.fired:
+                        raise
+                    task.uncancel()
+                    raise _read_timeout_error(read_timeout) from None
+                finally:
+                    watchdog.since = None
             if not chunk:
                 yield run.close()
                 return

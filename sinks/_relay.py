@@ -47,6 +47,8 @@ _TERMINALS = frozenset({"response.completed", "response.failed", "response.incom
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
 _TEXT_EVENTS = frozenset({"response.output_text.delta", "response.output_text.done"})
 _KEEPALIVES = frozenset({"keepalive", "response.keepalive"})
+_NOT_RELAYED = _TERMINALS | _KEEPALIVES | {""}
+_SPECIAL = _LIFECYCLE | _TEXT_EVENTS  # frames `_rewrite` may change when nothing is offset
 
 
 class Sink(Protocol):
@@ -171,15 +173,19 @@ class Relay:
         else:
             frames, boundary = translation, self._boundary
         if boundary is None and self._boundary is None and not self._deferred:
-            # nothing waits and nothing must wait: every frame goes now, in one send
-            rewrite = self._rewrite
-            await self._send(
-                [
-                    rewrite(data)
-                    for data in (f.data if isinstance(f, Frame) else dict(f) for f in frames)
-                    if _relayable(data)
-                ]
-            )
+            # nothing waits and nothing must wait: every frame goes now, in one send. The
+            # per-token path: `_relayable` and `_rewrite`'s common case, inline.
+            ready: list[dict[str, Any]] = []
+            offset = self._offset
+            for frame in frames:
+                data = frame.data if isinstance(frame, Frame) else dict(frame)
+                kind = data.get("type")
+                if type(kind) is not str or kind in _NOT_RELAYED:
+                    continue  # as `_relayable` says
+                if offset or kind in _SPECIAL or "response" in data:
+                    data = self._rewrite(data)
+                ready.append(data)
+            await self._send(ready)
             return
         now: list[dict[str, Any]] = []
         new_deferred: list[_Deferred] = []
