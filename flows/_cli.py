@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument(
+        "--hosted-tools",
+        choices=("drop", "reject"),
+        default="drop",
+        help="a hosted tool (web_search, …) a request declares but this gateway cannot run: not offered to the "
+        "model (drop) or refused with HTTP 400 (reject)",
+    )
+    serve.add_argument(
         "--demo-tools",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -178,6 +185,7 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
             demo_tools=demo,
             max_streams=args.max_streams,
             reuse_port=args.reuse_port,
+            hosted=args.hosted_tools,
         )
     )
     return 0

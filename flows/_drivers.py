@@ -104,11 +104,20 @@ async def live(
     except RelayError:
         raise  # the client side failed: nothing more can be sent to it
     except Exception as exc:  # a RespflowError, or a bug: either way the client gets an error event
-        await _fail(relay, exc)
+        await _fail(relay, exc, graph)
         raise
 
 
-async def _fail(relay: Relay, exc: Exception) -> None:
+def _items_so_far(graph: Graph) -> list[dict[str, Any]]:
+    """What the response holds so far, in public shapes (for the failed terminal)."""
+    try:
+        registry = graph.pipeline.translator.registry
+        return [i for i in (registry.restore_item(item) for item in graph.pipeline.folder.output()) if i is not None]
+    except Exception:  # the fold itself failed: nothing more can be said
+        return []
+
+
+async def _fail(relay: Relay, exc: Exception, graph: Graph) -> None:
     if relay.finished:
         return
     try:
@@ -116,7 +125,7 @@ async def _fail(relay: Relay, exc: Exception) -> None:
             await relay.emit_upstream(Translation(exc.partial, None))
         status = getattr(exc, "status", None)
         default = 502 if isinstance(exc, RespflowError) else 500
-        await relay.fail(exc, status=status if isinstance(status, int) else default)
+        await relay.fail(exc, status=status if isinstance(status, int) else default, output=_items_so_far(graph))
     except (RespflowError, OSError):
         pass  # the original error is what the caller must see
 

@@ -105,6 +105,7 @@ async def serve(
     demo_tools: bool = False,
     max_streams: int = 1024,
     reuse_port: bool = False,
+    hosted: str = "drop",
 ) -> None:
     """Run the gateway until interrupted."""
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
@@ -112,7 +113,9 @@ async def serve(
         sim_sock = _bind("127.0.0.1", 0)
         upstream = f"http://127.0.0.1:{sim_sock.getsockname()[1]}/v1"
         servers.append(_server(simulator_app(pace=pace), sim_sock))
-    gateway = Gateway(upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement, max_streams=max_streams)
+    gateway = Gateway(
+        upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement, max_streams=max_streams, hosted=hosted
+    )
     gw_sock = _bind(host, port, reuse_port=reuse_port)
     servers.append(_server(gateway_app(gateway), gw_sock))
     where = gw_sock.getsockname()

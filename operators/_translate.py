@@ -12,6 +12,10 @@ Per call (keyed by output_index), by the route of its name (`ToolRegistry`):
   surrogate pairs, O(n) overall), ``custom_tool_call_input.done`` and a synthetic item done.
   The authoritative input at done must extend what was streamed, or `TranslateError`;
 * namespace member — ``namespace`` + member ``name`` restored in every frame that names it;
+* client-run built-in (shell, local_shell, apply_patch, tool_search) — its argument frames are
+  withheld; at its done, the built-in's public item (``shell_call``, …) is added and done at
+  once, built from the authoritative arguments; until then its index holds the defer boundary
+  (an item with no valid shape before its arguments are whole cannot be shown earlier);
 * gateway-owned — withheld from the client; the lowest such index is the defer boundary;
 * unnamed (added without a name) — every frame of it buffered (bounded) until a done names
   it, then replayed through the route it resolves to; it holds the defer boundary meanwhile.
@@ -37,6 +41,7 @@ from respflow.operators._tools import (
     ToolKind,
     ToolRegistry,
     ToolRoute,
+    builtin_item,
     custom_id,
     input_from_arguments,
 )
@@ -206,7 +211,8 @@ class Translator:
         """The lowest output_index whose frames must wait: a gateway or still-unnamed call."""
         low = self._gateway_first
         for index, call in self._calls.items():
-            if call.route is None and (low is None or index < low):
+            route = call.route
+            if (route is None or (route.kind is ToolKind.BUILTIN and not call.input_done)) and (low is None or index < low):
                 low = index
         return low
 
@@ -244,12 +250,16 @@ class Translator:
         return out
 
     def flush(self) -> list[Frame]:
-        """End of stream: calls that never got a name are released as client functions."""
+        """End of stream: calls that never got a name are released as client functions; a
+        client built-in cut before its done is shown as it stands, ``incomplete``."""
         out: list[Frame] = []
         for index in sorted(self._calls):
             call = self._calls[index]
             if call.route is None:
                 out += self._start(index, call, self.registry.route(""))
+            elif call.route.kind is ToolKind.BUILTIN and not call.input_done:
+                origin = Frame.new(_DONE, {"type": _DONE, "output_index": index})
+                out += self._builtin_item(index, call, call.route, origin, "incomplete")
         return out
 
     # -- calls ---------------------------------------------------------------------------------
@@ -313,7 +323,39 @@ class Translator:
             return []
         if kind is ToolKind.NAMESPACE:
             return [_restore_namespace(frame, route)]
+        if kind is ToolKind.BUILTIN:
+            return self._builtin(index, call, route, frame)
         return self._custom(index, call, route, frame)
+
+    def _builtin(self, index: int, call: _Call, route: ToolRoute, frame: Frame) -> list[Frame]:
+        ftype = frame.type
+        if ftype == _ARGS_DELTA:
+            delta = frame.data.get("delta")
+            call.arg_bytes += len(delta) if isinstance(delta, str) else 0
+            if call.arg_bytes > self._max_args:
+                raise LimitExceededError(
+                    f"function-call SSE exceeded {self._max_args} buffered bytes; raise "
+                    "max_argument_bytes if tools legitimately take larger input",
+                    code="argument_bytes",
+                    stage="translate",
+                    line=frame.line,
+                )
+            return []
+        if ftype != _DONE or call.input_done:
+            return []
+        return self._builtin_item(index, call, route, frame, None)
+
+    def _builtin_item(self, index: int, call: _Call, route: ToolRoute, frame: Frame, status: str | None) -> list[Frame]:
+        """The built-in's public item, added and done at once (its arguments are whole now)."""
+        call.input_done = True
+        slot = self._folder.slots.get(index)
+        upstream = slot.current() if slot is not None else frame.data.get("item") or {}
+        done = builtin_item(route.declaration, upstream, status)
+        added = dict(done, status="in_progress")
+        return [
+            _synthetic(frame, _ADDED, {"output_index": index, "item": added}),
+            _synthetic(frame, _DONE, {"output_index": index, "item": done}),
+        ]
 
     def _custom(self, index: int, call: _Call, route: ToolRoute, frame: Frame) -> list[Frame]:
         data = frame.data

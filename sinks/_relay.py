@@ -10,6 +10,9 @@ Two doors, one funnel:
 * `Relay.emit_local` takes frames the gateway made (tool lifecycle events): already public,
   absolute indexes, no rewriting.
 
+The one terminal is `Relay.complete` (built from the final Response) or `Relay.fail` (an
+``error`` event, then ``response.failed`` with the same code and message).
+
 Both stamp ``sequence_number`` 0..N with no gaps across local frames and rounds, and both
 commit it (and the created/in_progress flags, and the removal of released deferred frames)
 only after the sink's ``send`` returned: a send that fails or is cancelled consumes nothing.
@@ -88,6 +91,11 @@ def _relayable(data: Mapping[str, Any]) -> bool:
     """Typeless frames cannot be relayed; terminals are the owner's; keep-alives are comments."""
     kind = data.get("type")
     return isinstance(kind, str) and bool(kind) and kind not in _TERMINALS and kind not in _KEEPALIVES
+
+
+def _index_of(data: Mapping[str, Any]) -> int | None:
+    index = data.get("output_index")
+    return index if isinstance(index, int) else None
 
 
 def defer_order(index: int | None) -> tuple[bool, int]:
@@ -210,7 +218,15 @@ class Relay:
                 for d in sorted(self._deferred, key=lambda d: defer_order(d.index))
                 if boundary is None or (d.index is not None and d.index < boundary)
             ]
-        await self._send([self._rewrite(d) for d in now] + [self._rewrite(d.data) for d in released])
+        if released:
+            # frames released now and this read's frames, merged by the one ordering: an item
+            # that waited goes out before this read's later frames of the same item (a stable
+            # sort keeps each item's own order, released ones first)
+            merged = [(d.index, d.data) for d in released] + [(_index_of(d), d) for d in now]
+            merged.sort(key=lambda pair: defer_order(pair[0]))
+            await self._send([self._rewrite(data) for _, data in merged])
+        else:
+            await self._send([self._rewrite(d) for d in now])
         if released:
             gone = {id(d) for d in released}
             self._deferred = [d for d in self._deferred if id(d) not in gone]
@@ -337,13 +353,19 @@ class Relay:
         await self._send([{"type": kind, "response": body}])
         self.finished = True
 
-    async def fail(self, error: BaseException, *, status: int = 502) -> None:
-        """Send a well-formed ``error`` event (after every frame produced before it)."""
+    async def fail(self, error: BaseException, *, status: int = 502, output: Sequence[Mapping[str, Any]] = ()) -> None:
+        """End the stream on an error (after every frame produced before it): an ``error``
+        event, then a ``response.failed`` terminal carrying the same code and message — so
+        clients that raise at ``error`` and clients that wait for a terminal both show it.
+        ``output``: the items the response holds so far, if the caller knows them."""
         if isinstance(error, RespflowError):
             code, message = error.code, error.message
             kind = "invalid_request_error" if status < 500 else "server_error"
         else:
             code, message, kind = "server_error", f"stream task failed: {type(error).__name__}", "server_error"
+        failed = self.snapshot({**self._base, **self._snapshot}, status="failed", output=[dict(i) for i in output])
+        failed["error"] = {"code": code, "message": message}
+        failed["incomplete_details"] = None
         await self._send(
             [
                 {
@@ -353,7 +375,8 @@ class Relay:
                     "param": None,
                     "status": status,
                     "error": {"message": message, "type": kind, "code": code},
-                }
+                },
+                {"type": "response.failed", "response": failed},
             ]
         )
         self.finished = True

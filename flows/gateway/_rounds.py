@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -29,14 +30,13 @@ from pydantic import ValidationError
 from respflow.flows._graph import Graph, GraphRun
 from respflow.flows._runner import Placement, batches
 from respflow.flows._transport import Upstream, default_client
+from respflow.flows.gateway._hosted import HostedTool, unavailable_executor
 from respflow.flows.gateway._tools import (
     Executor,
     GatewayTool,
     McpServer,
     gateway_tool_executor,
     list_tools_events,
-    mcp_call_events,
-    mcp_call_item,
     run_calls,
 )
 from respflow.operators import (
@@ -51,6 +51,7 @@ from respflow.operators import (
     Validation,
 )
 from respflow.operators._fold import unstorable
+from respflow.operators._tools import GATEWAY_BUILTINS, HostedPolicy
 from respflow.sinks import Relay, Sink, relayed
 
 _CALLS = ("function_call", "custom_tool_call")
@@ -86,6 +87,20 @@ def _sum_usage(total: dict[str, Any] | None, usage: Mapping[str, Any] | None) ->
     return total
 
 
+log = logging.getLogger("respflow")
+
+
+def _round_items(graphs: list[Graph], registry: ToolRegistry) -> list[dict[str, Any]]:
+    """The current round's items so far, in their public shapes (gateway calls withheld)."""
+    if not graphs:
+        return []
+    try:
+        items = graphs[-1].pipeline.folder.output_indexed()
+    except Exception:  # a failure in the fold itself: nothing more can be said
+        return []
+    return [i for i in (registry.restore_item(item) for _, item in items) if i is not None]
+
+
 def final_response(body: dict[str, Any]) -> Response:
     """The Response of a whole request; an upstream field it cannot hold is a typed error."""
     try:
@@ -112,10 +127,18 @@ class Gateway:
         client_stall_timeout: float = 60.0,
         customize: Callable[[Graph], Graph] | None = None,
         max_streams: int = 1024,
+        hosted_tools: Sequence[HostedTool] = (),
+        hosted: HostedPolicy = "drop",
     ) -> None:
         """Args:
             upstream: the upstream's base URL (``http://host:port/v1``).
             tools: the application's own tools, run between rounds.
+            hosted_tools: executors for hosted tool types (web_search, file_search,
+                code_interpreter, image_generation): a request that declares the type gets
+                it, its calls shown in the type's own item shape.
+            hosted: a hosted type a request declares that has no executor here is dropped
+                (``"drop"``, the default: not offered to the model, echoed in
+                ``response.tools``, named once in the log) or refused (``"reject"``: HTTP 400).
             client: the upstream client; its pool must hold ``max_streams`` connections.
             customize: called with each round's fresh `Graph` (splice operators, add
                 ``on_finish`` functions; the latter are applied to the final Response).
@@ -144,6 +167,15 @@ class Gateway:
         """Requests refused since start because ``max_streams`` were in flight."""
         self._executors: dict[str, Executor] = {t.name: gateway_tool_executor(t) for t in self.tools}
         self._declarations = [t.declaration() for t in self.tools]
+        if hosted not in ("drop", "reject"):
+            raise ValueError(f"hosted must be 'drop' or 'reject', not {hosted!r}")
+        self.hosted = hosted
+        self.hosted_tools: dict[str, HostedTool] = {h.type: h for h in hosted_tools}
+        if len(self.hosted_tools) != len(hosted_tools):
+            raise ValueError("two hosted tools share a type")
+        self._hosted_types = {kind for kind, fn in GATEWAY_BUILTINS.items() if fn in {h.function for h in hosted_tools}}
+        """Declared types an executor serves (web_search serves web_search_preview too)."""
+        self._dropped_logged: set[str] = set()
         self.limits = limits or Limits()
         self.placement = placement
         self.max_rounds = max_rounds
@@ -155,6 +187,17 @@ class Gateway:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    def _hosted_wanted(self, declared: list[Any]) -> list[HostedTool]:
+        """The hosted executors a request's tools ask for (each once)."""
+        wanted: dict[str, HostedTool] = {}
+        for decl in declared:
+            kind = decl.get("type") if isinstance(decl, dict) else None
+            if kind in self._hosted_types:
+                tool = self.hosted_tools.get(GATEWAY_BUILTINS[kind]) or self.hosted_tools.get(kind)
+                if tool is not None:
+                    wanted[tool.function] = tool
+        return list(wanted.values())
 
     async def run(
         self,
@@ -183,15 +226,27 @@ class Gateway:
                 await server.connect(stack, self.tool_timeout)
             executors = self._executors
             functions = self._declarations
-            if mcp_servers:
+            wanted = self._hosted_wanted(declared)
+            if mcp_servers or wanted:
                 executors, functions = dict(executors), list(functions)
                 for server in mcp_servers:
                     executors.update(server.executors(self.tool_timeout))
                     functions += server.declarations()
+                for tool in wanted:
+                    executors[tool.function] = tool.executor(self.tool_timeout)
+                    functions.append(tool.declaration())
             try:
-                registry = ToolRegistry(declared, gateway_functions=functions)
+                registry = ToolRegistry(declared, gateway_functions=functions, hosted=self._hosted_types, hosted_policy=self.hosted)
             except RespflowError as exc:
                 raise RequestError(exc.message, param="tools", code=exc.code) from None
+            for kind in registry.dropped:
+                if kind not in self._dropped_logged:
+                    self._dropped_logged.add(kind)
+                    log.info(
+                        "requests declare the hosted tool %r, which has no executor here: it is not offered to the "
+                        "model and a call to it is a failed tool output (hosted=drop; register a HostedTool to run it)",
+                        kind,
+                    )
             base = {
                 key: body[key]
                 for key in ("instructions", "metadata", "temperature", "top_p", "tool_choice", "parallel_tool_calls", "max_output_tokens", "text", "reasoning", "store", "user")
@@ -209,12 +264,17 @@ class Gateway:
                     limits=self.limits,
                     base=base,
                 )
+            public: list[dict[str, Any]] = []
+            graphs: list[Graph] = []
             try:
-                return await self._rounds(body, headers, model, response_id, input_items, registry, executors, mcp_servers, relay, base)
+                return await self._rounds(
+                    body, headers, model, response_id, input_items, registry, executors, mcp_servers, relay, base, public, graphs
+                )
             except RelayError:
                 raise
             except Exception as exc:
-                # a bug (not a RespflowError) still ends the stream with an error event
+                # a bug (not a RespflowError) still ends the stream: an error event, then a
+                # response.failed holding what the response had so far
                 if relay is not None and relay.sequence > 0 and not relay.finished:
                     with contextlib.suppress(RespflowError, OSError):
                         partial = exc.partial if isinstance(exc, RespflowError) else []
@@ -222,7 +282,8 @@ class Gateway:
                             await relay.emit_upstream(Translation(partial, None))
                         status = getattr(exc, "status", None)
                         default = 502 if isinstance(exc, RespflowError) else 500
-                        await relay.fail(exc, status=status if isinstance(status, int) else default)
+                        output = public + _round_items(graphs, registry)
+                        await relay.fail(exc, status=status if isinstance(status, int) else default, output=output)
                 raise
 
     async def _rounds(
@@ -237,8 +298,11 @@ class Gateway:
         mcp_servers: list[McpServer],
         relay: Relay | None,
         base: dict[str, Any],
+        public: list[dict[str, Any]],
+        graphs: list[Graph],
     ) -> tuple[Response, int]:
-        public: list[dict[str, Any]] = []
+        """The rounds; ``public`` collects the client's items, ``graphs`` holds the graph of a
+        round whose items are not in ``public`` yet (so a failure can say what the response had)."""
         if mcp_servers:
             events: list[dict[str, Any]] = []
             for server in mcp_servers:
@@ -265,6 +329,7 @@ class Gateway:
             graph = Graph(validation=Validation.LENIENT, response_id=response_id, model=model, tools=registry, limits=self.limits)
             if self.customize is not None:
                 graph = self.customize(graph)
+            graphs.append(graph)
             if relay is not None:
                 relay.start_round(offset)
             summary = await self._round(graph, request, headers, relay)
@@ -286,15 +351,19 @@ class Gateway:
             tool_events: dict[int, list[dict[str, Any]]] = {}
             outcomes = []
             if run_tools:
-                calls = [(executors[str(item["name"])], str(item["name"]), str(item.get("arguments") or "")) for _, item in gateway_calls]
+                calls = [
+                    (executors.get(str(item["name"])) or unavailable_executor(str(item["name"])), str(item["name"]), str(item.get("arguments") or ""))
+                    for _, item in gateway_calls
+                ]
                 outcomes = await self._run_tools(calls, relay)
                 for (index, item), outcome, (executor, _, arguments) in zip(gateway_calls, outcomes, calls, strict=True):
-                    public_item = mcp_call_item(str(item.get("call_id") or item.get("id") or index), executor, arguments, outcome)
+                    public_item = executor.public_item(str(item.get("call_id") or item.get("id") or index), arguments, outcome)
                     round_public[index] = public_item
-                    tool_events[offset + index] = mcp_call_events(public_item, offset + index)
+                    tool_events[offset + index] = executor.public_events(public_item, offset + index)
             if relay is not None:
                 await relay.drain(tool_events)
             public += [round_public[i] for i in sorted(round_public)]
+            graphs.clear()  # this round's items are in ``public`` now
             if not run_tools:
                 break
             if rounds >= self.max_rounds:

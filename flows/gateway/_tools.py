@@ -48,22 +48,49 @@ class GatewayTool:
 
 @dataclass
 class Outcome:
-    """What one tool call gave: an output, or an error."""
+    """What one tool call gave: an output, or an error (and, for hosted types, extras such as
+    a web search's sources)."""
 
     output: str | None
     error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+PublicItem = Callable[[str, str, "Outcome | None"], dict[str, Any]]
+PublicEvents = Callable[[Mapping[str, Any], int], list[dict[str, Any]]]
 
 
 class Executor:
-    """How a model-visible gateway function is run, and how its public item looks."""
+    """How a model-visible gateway function is run, and how its calls look to the client
+    (``mcp_call`` items unless the executor says otherwise: hosted types have their own)."""
 
-    def __init__(self, *, server_label: str, public_name: str, run: Callable[[dict[str, Any]], Awaitable[Outcome]]) -> None:
+    def __init__(
+        self,
+        *,
+        server_label: str,
+        public_name: str,
+        run: Callable[[dict[str, Any]], Awaitable[Outcome]],
+        item: PublicItem | None = None,
+        events: PublicEvents | None = None,
+    ) -> None:
         self.server_label = server_label
         self.public_name = public_name
         self.run = run
+        self._item = item
+        self._events = events
+
+    def public_item(self, call_id: str, arguments: str, outcome: Outcome | None) -> dict[str, Any]:
+        if self._item is not None:
+            return self._item(call_id, arguments, outcome)
+        return mcp_call_item(call_id, self, arguments, outcome)
+
+    def public_events(self, item: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
+        if self._events is not None:
+            return self._events(item, index)
+        return mcp_call_events(item, index)
 
 
-def _text(value: str) -> str:
+def wire_text(value: str) -> str:
     """``value`` as text that can go on the wire (a lone surrogate becomes "?")."""
     return value.encode("utf-8", "replace").decode("utf-8", "replace")
 
@@ -73,7 +100,7 @@ def gateway_tool_executor(tool: GatewayTool) -> Executor:
         result = tool.fn(arguments)
         if inspect.isawaitable(result):
             result = await result
-        return Outcome(_text(result) if isinstance(result, str) else orjson.dumps(result).decode())
+        return Outcome(wire_text(result) if isinstance(result, str) else orjson.dumps(result).decode())
 
     return Executor(server_label=tool.server_label, public_name=tool.name, run=run)
 
@@ -176,6 +203,7 @@ def list_tools_events(item: Mapping[str, Any], index: int) -> list[dict[str, Any
 
 
 def mcp_call_item(call_id: str, executor: Executor, arguments: str, outcome: Outcome | None) -> dict[str, Any]:
+    """The public ``mcp_call`` item of a gateway call (the item of a server-run call)."""
     item: dict[str, Any] = {
         "type": "mcp_call",
         "id": "mcp_" + fnv1a_hex(call_id),
@@ -241,6 +269,6 @@ async def run_calls(
             except TimeoutError:
                 return Outcome(None, f"tool {name!r} timed out after {timeout:g} s")
             except Exception as exc:
-                return Outcome(None, _text(f"tool {name!r} failed: {type(exc).__name__}: {str(exc)[:300]}"))
+                return Outcome(None, wire_text(f"tool {name!r} failed: {type(exc).__name__}: {str(exc)[:300]}"))
 
     return list(await asyncio.gather(*(one(e, n, a) for e, n, a in calls)))

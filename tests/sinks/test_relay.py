@@ -280,10 +280,16 @@ def test_error_frame_after_the_frames_before_it() -> None:
         "response.output_item.added",
         "response.output_text.delta",
         "error",
+        "response.failed",
     ]
-    assert out[-1]["code"] == info.value.code == "malformed_frame"
-    assert out[-1]["error"]["message"] == out[-1]["message"]
-    assert [e["sequence_number"] for e in out] == list(range(5))
+    error, failed = out[-2], out[-1]
+    assert error["code"] == info.value.code == "malformed_frame"
+    assert error["error"]["message"] == error["message"]
+    # the terminal carries the same error, and what the response held so far
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"] == {"code": "malformed_frame", "message": error["message"]}
+    assert failed["response"]["output"][0]["content"][0]["text"] == "x"
+    assert [e["sequence_number"] for e in out] == list(range(6))
 
 
 @settings(max_examples=60, deadline=None)
