@@ -19,7 +19,14 @@ from respflow.flows._transport import (
     default_client,
     open_stream,
 )
-from respflow.flows.gateway import Gateway, GatewayApp, GatewayTool, gateway_app, simulator_app
+from respflow.flows.gateway import (
+    Gateway,
+    GatewayApp,
+    GatewayTool,
+    HostedTool,
+    gateway_app,
+    simulator_app,
+)
 
 __all__ = [
     "STANDARD_STEPS",
@@ -30,6 +37,7 @@ __all__ = [
     "GatewayTool",
     "Graph",
     "GraphRun",
+    "HostedTool",
     "Placement",
     "Strand",
     "Upstream",

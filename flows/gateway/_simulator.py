@@ -51,22 +51,69 @@ def _last_user_text(items: list[Any]) -> str:
 
 
 def _arguments(schema: dict[str, Any], text: str) -> dict[str, Any]:
-    props = schema.get("properties") if isinstance(schema, dict) else None
+    """Arguments a strict client accepts, from the tool's JSON schema: the required properties
+    (and those the prompt names), each of its declared type — an enum value (one the prompt
+    names, else the first), numbers from the prompt, the prompt as the first string, arrays
+    and nested objects of their item types."""
     numbers = [float(n) if "." in n else int(n) for n in _NUMBER.findall(text)]
-    args: dict[str, Any] = {}
-    used_text = False
-    for name, spec in (props or {}).items():
-        kind = spec.get("type") if isinstance(spec, dict) else None
-        if kind == "string":
-            args[name] = text if not used_text else name
-            used_text = True
-        elif kind in ("number", "integer"):
-            args[name] = numbers.pop(0) if numbers else 1
-        elif kind == "array":
-            args[name] = numbers or [1, 2]
-        elif kind == "boolean":
-            args[name] = True
-    return args
+    used_text = [False]
+    value = _object(schema, text, numbers, used_text)
+    return value if isinstance(value, dict) else {}
+
+
+def _type_of(spec: dict[str, Any]) -> str | None:
+    kind = spec.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: the first that is not null
+        kind = next((k for k in kind if k != "null"), None)
+    return kind if isinstance(kind, str) else None
+
+
+def _object(schema: Any, text: str, numbers: list[int | float], used_text: list[bool]) -> dict[str, Any]:
+    if not isinstance(schema, dict):
+        return {}
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = schema.get("required")
+    wanted = set(required) if isinstance(required, list) else set()
+    lowered = text.lower()
+    return {
+        name: _value(spec, name, text, numbers, used_text)
+        for name, spec in props.items()
+        if name in wanted or name.lower() in lowered
+    }
+
+
+def _value(spec: Any, name: str, text: str, numbers: list[int | float], used_text: list[bool]) -> Any:
+    if not isinstance(spec, dict):
+        return text
+    enum = spec.get("enum")
+    if isinstance(enum, list) and enum:
+        named = [v for v in enum if isinstance(v, str) and v.lower() in text.lower()]
+        return named[0] if named else enum[0]
+    kind = _type_of(spec)
+    if kind == "string":
+        if used_text[0]:
+            return name
+        used_text[0] = True
+        return text
+    if kind in ("number", "integer"):
+        number = numbers.pop(0) if numbers else 1
+        return int(number) if kind == "integer" else number
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        given = spec.get("items")
+        items: dict[str, Any] = given if isinstance(given, dict) else {}
+        item_kind = _type_of(items)
+        if item_kind in ("number", "integer"):
+            taken, numbers[:] = (numbers[:] or [1, 2]), []
+            return [int(n) for n in taken] if item_kind == "integer" else taken
+        if item_kind == "object":
+            return [_object(items, text, numbers, used_text)]
+        return [_value(items, name, text, numbers, used_text)]
+    if kind == "object" or "properties" in spec:
+        return _object(spec, text, numbers, used_text)
+    return text
 
 
 def plan(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import httpx
 from examples.audit_log import audit_recording
 from examples.collect_recording import collect_recording
 from examples.redacting_app import EmailRedactor, chat_app, redact
+from examples.web_search_app import search, search_app
 from respflow.flows import simulator_app
 from respflow.operators import Frame
 from tests._support import FIXTURES
@@ -69,3 +70,18 @@ def test_the_redacting_app_redacts_the_stream_and_the_final_response() -> None:
     assert final["type"] == "response.completed"
     assert final["response"]["output"][0]["content"][0]["text"] == "You said: mail [email] today"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_the_web_search_example_ranks_its_index() -> None:
+    found = search({"query": "what is a potato"})
+    assert [s["url"] for s in found["sources"]][0] == "https://en.wikipedia.org/wiki/Potato"
+    assert search({"query": "zzz"}) == {"output": "no results", "sources": []}
+
+
+def test_the_web_search_app_answers_with_a_web_search_call_and_the_models_answer() -> None:
+    with serve(simulator_app(pace=0.0)) as upstream, serve(search_app(upstream)) as app:
+        body = httpx.post(app + "/responses", json={"model": "m", "input": "please web_search server-sent events", "tools": [{"type": "web_search"}]}, timeout=30).json()
+    ws, message = body["output"]
+    assert ws["type"] == "web_search_call" and ws["status"] == "completed"
+    assert ws["action"]["sources"][0]["url"] == "https://en.wikipedia.org/wiki/Server-sent_events"
+    assert "push a stream of text events" in message["content"][0]["text"]

@@ -92,7 +92,7 @@ def scenario_tools(name: str, urls: dict[str, str]) -> list[Any]:
         "reasoning": [],
         "function": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
         "custom": [{"type": "custom", "name": "raw_echo", "description": "Echo raw text."}],
-        "namespace": [{"type": "namespace", "name": "travel", "description": "Travel tools.", "tools": [{"type": "function", "name": "timezone", "description": "Timezone of a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]}],
+        "namespace": [{"type": "namespace", "name": "travel", "description": "Travel tools.", "tools": [{"type": "function", "name": "timezone", "description": "Timezone of a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]}],
         "gateway": [],
         "mcp": [{"type": "mcp", "server_label": "calc", "server_url": urls["mcp"], "require_approval": "never"}],
     }[name]

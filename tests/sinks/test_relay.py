@@ -107,6 +107,23 @@ def test_released_frames_are_emitted_in_output_index_order() -> None:
     assert [e.get("output_index") for e in run(go())][-2:] == [2, 3]
 
 
+def test_frames_released_with_a_reads_own_frames_keep_each_items_order() -> None:
+    """The read that releases the window also carries newer frames of a waiting item: the
+    waiting ones go first (each item in its own order), the item that held the window before."""
+
+    async def go() -> list[tuple[int | None, str]]:
+        from respflow.operators import Frame
+
+        relay, sink = await started()
+        await relay.emit_upstream(Translation([Frame.new("x", delta(1, "a"))], 0))  # 1 waits behind 0
+        assert [e["type"] for e in evs(sink)] == ["response.created"]
+        read = [Frame.new("x", d) for d in (delta(0, "zero"), delta(1, "b"))]
+        await relay.emit_upstream(Translation(read, None))  # 0 done: the window opens
+        return [(e.get("output_index"), e.get("delta")) for e in evs(sink)[1:]]
+
+    assert run(go()) == [(0, "zero"), (1, "a"), (1, "b")]
+
+
 def test_indexless_frames_wait_for_the_defer_window_and_emit_last() -> None:
     async def go() -> list[dict[str, Any]]:
         relay, sink = await started()
