@@ -74,7 +74,7 @@ def test_the_redacting_app_redacts_the_stream_and_the_final_response() -> None:
 
 def test_the_web_search_example_ranks_its_index() -> None:
     found = search({"query": "what is a potato"})
-    assert [s["url"] for s in found["sources"]][0] == "https://en.wikipedia.org/wiki/Potato"
+    assert found["sources"][0]["url"] == "https://en.wikipedia.org/wiki/Potato"
     assert search({"query": "zzz"}) == {"output": "no results", "sources": []}
 
 

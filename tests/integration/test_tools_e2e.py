@@ -94,10 +94,14 @@ def official(gw: str) -> openai.OpenAI:
 
 
 def test_a_client_built_in_call_is_shown_as_its_own_item() -> None:
-    with serve(simulator_app(pace=0.0)) as up, serve(gateway_app(Gateway(up))) as gw, official(gw) as client:
-        with client.responses.stream(model="m", input="run shell ls -la", tools=[{"type": "shell", "environment": {"type": "local"}}]) as stream:
-            kinds = [e.type for e in stream]
-            final = stream.get_final_response()
+    with (
+        serve(simulator_app(pace=0.0)) as up,
+        serve(gateway_app(Gateway(up))) as gw,
+        official(gw) as client,
+        client.responses.stream(model="m", input="run shell ls -la", tools=[{"type": "shell", "environment": {"type": "local"}}]) as stream,
+    ):
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
     call = final.output[0]
     assert call.type == "shell_call"
     assert call.action.commands == ["run shell ls -la"]  # type: ignore[union-attr]
