@@ -182,10 +182,9 @@ def test_a_failure_mid_stream_reaches_the_official_client_and_a_raw_reader() -> 
     with serve(upstream_app(script)) as up, serve(gateway_app(Gateway(up))) as gw:
         with httpx.stream("POST", gw + "/responses", json={"model": "m", "input": "x", "stream": True}, timeout=30) as r:
             raw = b"".join(r.iter_bytes())
-        with official(gw) as client, pytest.raises(openai.APIError) as info:
-            with client.responses.stream(model="m", input="x") as stream:
-                for _ in stream:
-                    pass
+        with official(gw) as client, pytest.raises(openai.APIError) as info, client.responses.stream(model="m", input="x") as stream:
+            for _ in stream:
+                pass
     events = [json.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: ")]
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     error, failed = events[-2], events[-1]
