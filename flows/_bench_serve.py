@@ -6,6 +6,10 @@ upstream, and a client swarm. For each stream count and round, the swarm runs st
 upstream (the direct latency), then through each proxy; the proxy's CPU time (user + system,
 its whole process tree, from ``/proc``) is read before and after.
 
+Proxies: the baseline byte pipe (stdlib asyncio), the same pipe on uvloop, ``respflow serve``,
+and the serving stack alone (uvicorn + aiohttp on uvloop forwarding the body chunk by chunk: no
+parsing, no graph, no relay) — what respflow pays beyond the last is its pipeline.
+
 * CPU per event = proxy CPU seconds / events the swarm received;
 * added p50/p99 = the proxy's latency quantile minus the direct one of the same round;
 * figures are medians over rounds; the ratios are to the pipe of the same run.
@@ -158,19 +162,23 @@ def run_serve_bench(
         wait_port(up_port, upstream)
         pipe = _spawn(["-m", "respflow.flows._loadgen", "pipe", str(up_port), str(pipe_port)])
         procs.append(pipe)
-        uvpipe_port = free_port()
+        uvpipe_port, fwd_port = free_port(), free_port()
         uvpipe = _spawn(["-m", "respflow.flows._loadgen", "pipe-uvloop", str(up_port), str(uvpipe_port)])
         procs.append(uvpipe)
+        forward = _spawn(["-m", "respflow.flows._loadgen", "forward", str(up_port), str(fwd_port)])
+        procs.append(forward)
         gateway = _spawn(_serve_args(up_port, gw_port, 1, serve_extra))
         procs.append(gateway)
         wait_port(pipe_port, pipe)
         wait_port(uvpipe_port, uvpipe)
+        wait_port(fwd_port, forward)
         wait_port(gw_port, gateway)
         targets = [
             Target("direct (no proxy)", f"http://127.0.0.1:{up_port}/v1/responses"),
             Target("byte pipe (asyncio)", f"http://127.0.0.1:{pipe_port}/v1/responses", pipe),
             Target("respflow serve", f"http://127.0.0.1:{gw_port}/v1/responses", gateway),
             Target("byte pipe (uvloop)", f"http://127.0.0.1:{uvpipe_port}/v1/responses", uvpipe),
+            Target("uvicorn+aiohttp forward", f"http://127.0.0.1:{fwd_port}/v1/responses", forward),
         ]
         progress("warming up")
         for t in targets:
@@ -237,7 +245,7 @@ def format_serve(rows: list[dict[str, Any]]) -> str:
 def run_capacity(
     *,
     workers: Sequence[int] = (1, 2),
-    steps: Sequence[int] = (200, 400, 600, 800, 1000, 1200, 1500, 2000),
+    steps: Sequence[int] = (100, 200, 300, 400, 500, 600, 800, 1000),
     rate: float = 20.0,
     events: int = 100,
     bar_ms: float = 50.0,

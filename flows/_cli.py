@@ -74,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument(
+        "--unknown-events",
+        choices=("forward", "drop"),
+        default="forward",
+        help="upstream events of a well-formed type respflow does not know: forwarded (forward compatibility) or dropped",
+    )
+    serve.add_argument(
         "--hosted-tools",
         choices=("drop", "reject"),
         default="drop",
@@ -186,6 +192,7 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
             max_streams=args.max_streams,
             reuse_port=args.reuse_port,
             hosted=args.hosted_tools,
+            unknown_events=args.unknown_events,
         )
     )
     return 0

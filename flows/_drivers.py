@@ -68,6 +68,7 @@ async def live(
     inline_max_bytes: int = 4096,
     client_stall_timeout: float = 60.0,
     stats: dict[str, Any] | None = None,
+    unknown_events: str = "forward",
 ) -> Response:
     """Stream ``source`` (upstream SSE bytes) through the graph to ``sink`` as client SSE.
 
@@ -83,6 +84,7 @@ async def live(
         model=model,
         previous_response_id=previous_response_id,
         limits=graph.limits,
+        unknown_events=unknown_events,
     )
     reads = batches(
         _aiter(source),

@@ -161,6 +161,43 @@ async def byte_pipe(upstream_port: int, port: int) -> None:
         await server.serve_forever()
 
 
+def forward_proxy(upstream_port: int, port: int) -> None:
+    """The serving stack alone: uvicorn (httptools) and aiohttp on uvloop, forwarding the
+    upstream body chunk by chunk — no parsing, no graph, no relay. What respflow serve pays on
+    top of this is the pipeline's own cost."""
+    import aiohttp
+    import uvicorn
+
+    session: list[aiohttp.ClientSession] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if not session:
+            session.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)))
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        response = await session[0].post(
+            f"http://127.0.0.1:{upstream_port}/v1/responses", data=body, headers={"content-type": "application/json"}
+        )
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        while chunk := await response.content.readany():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        response.release()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http="httptools", lifespan="on")
+    _fast_loop()
+    asyncio.run(uvicorn.Server(config).serve())
+
+
 _TERMINAL_MARKS = (b"response.completed", b"response.failed", b"response.incomplete")
 
 
@@ -301,6 +338,8 @@ def main(argv: list[str]) -> None:
         asyncio.run(paced_upstream(int(argv[1])))
     elif role == "pipe":
         asyncio.run(byte_pipe(int(argv[1]), int(argv[2])))
+    elif role == "forward":
+        forward_proxy(int(argv[1]), int(argv[2]))
     elif role == "pipe-uvloop":
         _fast_loop()
         asyncio.run(byte_pipe(int(argv[1]), int(argv[2])))

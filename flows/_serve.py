@@ -106,6 +106,7 @@ async def serve(
     max_streams: int = 1024,
     reuse_port: bool = False,
     hosted: str = "drop",
+    unknown_events: str = "forward",
 ) -> None:
     """Run the gateway until interrupted."""
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
@@ -114,7 +115,8 @@ async def serve(
         upstream = f"http://127.0.0.1:{sim_sock.getsockname()[1]}/v1"
         servers.append(_server(simulator_app(pace=pace), sim_sock))
     gateway = Gateway(
-        upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement, max_streams=max_streams, hosted=hosted
+        upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement, max_streams=max_streams, hosted=hosted,
+        unknown_events=unknown_events,
     )
     gw_sock = _bind(host, port, reuse_port=reuse_port)
     servers.append(_server(gateway_app(gateway), gw_sock))

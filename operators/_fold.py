@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from respflow.operators._errors import LimitExceededError, ProtocolError, RespflowError
 from respflow.operators._frames import Action, EventSpec, Frame
-from respflow.operators._items import Building, KindSpec, kind_spec, new_id
+from respflow.operators._items import Building, KindSpec, complete_item, kind_spec, new_id
 from respflow.operators._response import Response
 
 # enum members bound once: `Action.X` is a slow lookup on the per-token path
@@ -233,9 +233,15 @@ class Folder:
         if action is _OPEN:
             item = data["item"]
             spec = kind_spec(item.get("type", ""))
-            generated = not item.get("id")
+            if type(item.get("id")) in (int, float) and not isinstance(item["id"], bool):
+                item["id"] = str(item["id"])  # a number: the same id, as the string clients need
+            generated = not item.get("id") or type(item["id"]) is not str
             if generated:
-                item["id"] = item.get("item_id") or new_id(spec.id_prefix)
+                given = item.get("item_id")
+                item["id"] = given if type(given) is str and given else new_id(spec.id_prefix)
+            # what clients require and upstream left out (a function call's call_id may come
+            # with its done: translate holds the call until then)
+            complete_item(item, done=False, derive_call_id=item.get("type") != "function_call")
             self._charge_item(item, frame)
             self.slots[data["output_index"]] = Slot(spec, spec.from_added(item), None, generated)
         elif action is _COMPLETE:
@@ -259,16 +265,24 @@ class Folder:
         slot = self.slots.get(index)
         if slot is None:  # done-only
             spec = kind_spec(item.get("type", ""))
-            if not item.get("id"):
-                item["id"] = item.get("item_id") or new_id(spec.id_prefix)
+            if not item.get("id") or type(item["id"]) is not str:
+                given = item.get("item_id")
+                item["id"] = given if type(given) is str and given else new_id(spec.id_prefix)
             self._charge_item(item, frame)
-            final = spec.apply_done(Building({}), item)
+            final = complete_item(spec.apply_done(Building({}), item), done=True)
             self.slots[index] = Slot(spec, None, final)
             data["item"] = final
             return
         if slot.done or slot.building is None:
             return
-        merged = slot.spec.apply_done(slot.building, item)
+        merged = complete_item(slot.spec.apply_done(slot.building, item), done=True)
+        # the client saw the item's identity in its added event: the done keeps it (a client
+        # refuses a done whose id or call_id differs from its added's)
+        added = slot.building.item
+        merged["id"] = added["id"]
+        merged["type"] = added.get("type")
+        if type(added.get("call_id")) is str and added["call_id"] and "call_id" in merged:
+            merged["call_id"] = added["call_id"]
         slot.item = merged
         slot.done = True
         # the client's done item is the final item: fallbacks and made-up ids included
@@ -304,6 +318,7 @@ class Folder:
             elif slot.building is not None:
                 final = slot.spec.finalize(slot.building)
                 if final is not None:
+                    complete_item(final, done=True)
                     if unfinished and "status" in final:
                         final["status"] = "incomplete"  # it never got its done event
                     out.append((index, final))
@@ -362,17 +377,49 @@ def unstorable(exc: ValidationError, indexes: list[int]) -> ProtocolError:
     )
 
 
+RESPONSE_ERROR_CODES = frozenset(
+    {
+        "server_error",
+        "rate_limit_exceeded",
+        "invalid_prompt",
+        "vector_store_timeout",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+    }
+)
+"""The codes a Response's ``error.code`` may have (the official client's enum): any other code
+is reported as ``server_error``, the original one kept in ``error.type``."""
+
+
+def response_error(code: str, message: str) -> dict[str, Any]:
+    """A Response's ``error`` for ``code``/``message``, in the shape strict clients accept."""
+    if code in RESPONSE_ERROR_CODES:
+        return {"code": code, "message": message}
+    return {"code": "server_error", "message": message, "type": code}
+
+
 def upstream_error(data: dict[str, Any]) -> dict[str, Any]:
-    """The ``{"code", "message"}`` of an upstream ``error`` event (either shape: flat, or an
-    ``error`` object), bounded; ``server_error`` when it names no code."""
+    """The Response ``error`` for an upstream ``error`` event (either shape: flat, or an
+    ``error`` object): its message (bounded), its code if clients know it (else
+    ``server_error``, the code in ``type``)."""
     inner = data.get("error")
     inner = inner if isinstance(inner, dict) else {}
     code = data.get("code") if isinstance(data.get("code"), str) else inner.get("code")
     message = data.get("message") if isinstance(data.get("message"), str) else inner.get("message")
-    return {
-        "code": code if isinstance(code, str) and code else "server_error",
-        "message": str(message)[:1000] if message else "the upstream reported an error",
-    }
+    text = str(message)[:1000] if message else "the upstream reported an error"
+    return response_error(code if isinstance(code, str) and code else "server_error", text)
 
 
 def complete_usage(usage: Any) -> Any:

@@ -10,6 +10,7 @@ whole pipeline. pydantic types sit at the boundaries (items at done, the Respons
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,11 @@ class Action(enum.Enum):
     OTHER = "other"  # error, keepalive, audio, unknown types: passed through, folds nothing
 
 
+INT = "int"  # an unsigned 32-bit integer
+STR = "str"
+OBJECT = "object"
+
+
 @dataclass(frozen=True, slots=True)
 class EventSpec:
     """What the catalogue knows of one event type."""
@@ -51,12 +57,27 @@ class EventSpec:
     needs_part: bool = False
     needs_item_id: bool = True
     status: str | None = None  # the response.status a lifecycle event must carry
+    extra: tuple[tuple[str, str], ...] = ()  # more fields every client requires (name, JSON type)
 
     @property
     def required(self) -> tuple[str, ...]:
-        """The sub-event fields strict requires to be present (their types are checked too)."""
-        fields = (self.index_field, self.payload, "part" if self.needs_part else None)
-        return tuple(field for field in fields if field is not None)
+        """The sub-event fields every client requires to be present (types checked too)."""
+        return tuple(name for name, _ in self.fields)
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """``(name, JSON type)`` of the fields a client-bound sub-event of this type must
+        carry, beyond ``type``, ``sequence_number`` and its identity (``output_index``,
+        ``item_id``: resolved by validate) — the table the official client's event models
+        require (``tests/operators/test_event_fields.py`` checks it against them)."""
+        out: list[tuple[str, str]] = []
+        if self.index_field is not None:
+            out.append((self.index_field, INT))
+        if self.payload is not None:
+            out.append((self.payload, STR))
+        if self.needs_part:
+            out.append(("part", OBJECT))
+        return (*out, *self.extra)
 
 
 class Frame:
@@ -127,6 +148,7 @@ def _mutate(
     index_field: str | None = None,
     needs_part: bool = False,
     needs_item_id: bool = True,
+    extra: tuple[tuple[str, str], ...] = (),
 ) -> None:
     _SPECS.append(
         EventSpec(
@@ -137,6 +159,7 @@ def _mutate(
             index_field,
             needs_part,
             needs_item_id,
+            extra=extra,
         )
     )
 
@@ -146,7 +169,7 @@ _mutate("response.content_part.added", _TEXT_PARTS, None, "content_index", needs
 _mutate("response.content_part.done", _TEXT_PARTS, None, "content_index", needs_part=True)
 _mutate("response.output_text.delta", {MESSAGE}, "delta", "content_index")
 _mutate("response.output_text.done", {MESSAGE}, "text", "content_index")
-_mutate("response.output_text.annotation.added", {MESSAGE}, None, "content_index")
+_mutate("response.output_text.annotation.added", {MESSAGE}, None, "content_index", extra=(("annotation_index", INT),))
 _mutate("response.refusal.delta", {MESSAGE}, "delta", "content_index")
 _mutate("response.refusal.done", {MESSAGE}, "refusal", "content_index")
 _mutate("response.reasoning_text.delta", {REASONING}, "delta", "content_index")
@@ -171,15 +194,72 @@ for _s in ("in_progress", "completed", "failed"):
     _mutate(f"response.mcp_list_tools.{_s}", {"mcp_list_tools"})
 _mutate("response.mcp_call_arguments.delta", {"mcp_call"}, "delta")
 _mutate("response.mcp_call_arguments.done", {"mcp_call"}, "arguments")
-for _s in ("in_progress", "generating", "completed", "partial_image"):
+for _s in ("in_progress", "generating", "completed"):
     _mutate(f"response.image_generation_call.{_s}", {"image_generation_call"})
+_mutate(
+    "response.image_generation_call.partial_image",
+    {"image_generation_call"},
+    "partial_image_b64",
+    "partial_image_index",
+)
 _mutate("response.shell_call_command.added", {"shell_call"}, "command", "command_index", needs_item_id=False)
 _mutate("response.shell_call_command.delta", {"shell_call"}, "delta", "command_index", needs_item_id=False)
 _mutate("response.shell_call_command.done", {"shell_call"}, "command", "command_index", needs_item_id=False)
 _mutate("response.compaction.compacting", {"compaction"})
 
+# events that fold nothing but that clients know, and the fields they require
+_SPECS.append(EventSpec("error", Action.OTHER, extra=(("message", STR),)))
+for _s in ("audio", "audio.transcript"):
+    _SPECS.append(EventSpec(f"response.{_s}.delta", Action.OTHER, extra=(("delta", STR),)))
+    _SPECS.append(EventSpec(f"response.{_s}.done", Action.OTHER))
+
 CATALOGUE: dict[str, EventSpec] = {spec.type: spec for spec in _SPECS}
 OTHER = EventSpec("", Action.OTHER)
+
+PART_TYPES: dict[str, frozenset[str]] = {
+    "response.content_part.added": frozenset({"output_text", "refusal", "reasoning_text"}),
+    "response.content_part.done": frozenset({"output_text", "refusal", "reasoning_text"}),
+    "response.reasoning_summary_part.added": frozenset({"summary_text"}),
+    "response.reasoning_summary_part.done": frozenset({"summary_text"}),
+}
+"""The part types each part event may carry (what clients accept)."""
+
+_PART_TEXT = {"output_text": "text", "reasoning_text": "text", "summary_text": "text", "refusal": "refusal"}
+
+
+def part_problem(event_type: str, part: dict[str, Any]) -> str | None:
+    """Why ``part`` cannot go to a client with this event (None: it can). A part of an allowed
+    type whose text field is absent, or an output_text without ``annotations``, is completed
+    in place with the empty default (nothing is lost); one of another type cannot be."""
+    kind = part.get("type")
+    if type(kind) is not str or kind not in PART_TYPES.get(event_type, ()):
+        return "part.type"
+    field = _PART_TEXT[kind]
+    text = part.get(field)
+    if text is None:
+        part[field] = ""
+    elif type(text) is not str:
+        return f"part.{field}"
+    if kind == "output_text":
+        annotations = part.get("annotations")
+        if annotations is None:
+            part["annotations"] = []
+        elif type(annotations) is not list:
+            return "part.annotations"
+        elif not all(type(a) is dict for a in annotations):
+            part["annotations"] = [a for a in annotations if type(a) is dict]
+        logprobs = part.get("logprobs")
+        if logprobs is not None and not (type(logprobs) is list and all(type(x) is dict for x in logprobs)):
+            del part["logprobs"]
+    return None
+
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*")
+
+
+def well_formed_type(kind: object) -> bool:
+    """A type name a client could know: dot-separated lower-case words (``response.x.y``)."""
+    return isinstance(kind, str) and len(kind) <= 128 and _NAME.fullmatch(kind) is not None
 
 # vLLM names → the OpenAI names clients know.
 RENAMES: dict[str, str] = {

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, JsonValue, Tag, TypeAdapter
 
 # ---- public item types (boundary types: validated once per item, never per token) ---------
@@ -74,7 +75,7 @@ class RawItem(_Open):
 
 def _item_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in _TYPED else "raw"
+    return kind if isinstance(kind, str) and kind in _TYPED else "raw"
 
 
 _TYPED = {"message", "reasoning", "function_call", "custom_tool_call"}
@@ -589,6 +590,94 @@ KINDS: dict[str, KindSpec] = {
 """The per-kind descriptor table. Unknown kinds (lenient only) fold with `RAW_KIND`."""
 
 RAW_KIND = _passive("", "item_", keep_unfinished=True)
+
+_CALL_IDS = frozenset({"function_call", "custom_tool_call", "shell_call", "local_shell_call", "computer_call", "apply_patch_call"})
+ITEM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "message": {"content": [], "role": "assistant"},
+    "reasoning": {"summary": []},
+    "function_call": {"arguments": "", "name": ""},
+    "custom_tool_call": {"input": "", "name": ""},
+    "mcp_call": {"arguments": "", "name": "", "server_label": ""},
+    "mcp_list_tools": {"server_label": "", "tools": []},
+    "mcp_approval_request": {"arguments": "", "name": "", "server_label": ""},
+    "web_search_call": {"action": {"type": "search"}},
+    "file_search_call": {"queries": []},
+    "code_interpreter_call": {"container_id": "auto"},
+    "tool_search_call": {"arguments": {}, "execution": "client"},
+    "shell_call": {"action": {"commands": []}},
+    "local_shell_call": {"action": {"type": "exec", "command": [], "env": {}}},
+    "computer_call": {"pending_safety_checks": []},
+    "apply_patch_call": {"operation": {"type": "update_file", "path": "", "diff": ""}},
+    "compaction": {"encrypted_content": ""},
+}
+"""Per kind: the value a field clients require takes when an upstream item lacks it, or has it
+of a type no client takes (an empty one: nothing is invented). ``status`` is filled too, and a
+call's ``call_id`` from its id."""
+_NO_STATUS = frozenset({"reasoning", "function_call", "custom_tool_call", "mcp_call", "mcp_list_tools", "mcp_approval_request", "compaction"})
+_STATUSES: dict[str, frozenset[str]] = {
+    "web_search_call": frozenset({"in_progress", "searching", "completed", "failed", "incomplete"}),
+    "file_search_call": frozenset({"in_progress", "searching", "completed", "failed", "incomplete"}),
+    "code_interpreter_call": frozenset({"in_progress", "interpreting", "completed", "failed", "incomplete"}),
+    "image_generation_call": frozenset({"in_progress", "generating", "completed", "failed"}),
+    "mcp_call": frozenset({"in_progress", "calling", "completed", "failed", "incomplete"}),
+    "apply_patch_call": frozenset({"in_progress", "completed"}),
+}
+_STATUS = frozenset({"in_progress", "completed", "incomplete"})
+_TEXT_KEY = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text", "summary_text": "text"}
+
+
+def _parts(value: list[Any], allowed: tuple[str, ...]) -> list[Any]:
+    """The parts of a list clients can take: objects of an allowed type, their text a string
+    (an absent one empty), an output_text's annotations a list of objects."""
+    out = []
+    for part in value:
+        if not isinstance(part, dict) or part.get("type") not in allowed:
+            continue
+        key = _TEXT_KEY[part["type"]]
+        if part.get(key) is None:
+            part[key] = ""
+        if type(part[key]) is not str:
+            continue
+        if part["type"] == "output_text":
+            annotations = part.get("annotations")
+            part["annotations"] = [a for a in annotations if isinstance(a, dict)] if isinstance(annotations, list) else []
+            logprobs = part.get("logprobs")
+            if logprobs is not None and not (isinstance(logprobs, list) and all(isinstance(x, dict) for x in logprobs)):
+                part.pop("logprobs")
+        out.append(part)
+    return out
+
+
+def complete_item(item: dict[str, Any], *, done: bool, derive_call_id: bool = True) -> dict[str, Any]:
+    """Fill, in place, what clients require of an item of a known kind and the upstream left
+    out (`ITEM_DEFAULTS`, ``status``, a call's ``call_id``); returns the item."""
+    kind = item.get("type")
+    defaults = ITEM_DEFAULTS.get(kind) if type(kind) is str else None
+    if defaults is None:
+        return item
+    for key, value in defaults.items():
+        if type(item.get(key)) is not type(value):  # absent, null, or of a type nothing can take
+            item[key] = orjson.loads(orjson.dumps(value)) if isinstance(value, dict | list) else value
+    status = item.get("status")
+    if (kind not in _NO_STATUS or status is not None) and status not in _STATUSES.get(str(kind), _STATUS):
+        item["status"] = "completed" if done else "in_progress"
+    if kind == "message":
+        item["content"] = _parts(item["content"], ("output_text", "refusal"))
+        item["role"] = "assistant"  # an output message is the assistant's, whatever was sent
+    elif kind == "reasoning":
+        item["summary"] = _parts(item["summary"], ("summary_text",))
+        if isinstance(item.get("content"), list):
+            item["content"] = _parts(item["content"], ("reasoning_text",))
+        elif "content" in item and item["content"] is not None:
+            del item["content"]
+    if kind in _CALL_IDS and (not item.get("call_id") or type(item["call_id"]) is not str) and (derive_call_id or item.get("call_id")):
+        given = item.get("call_id")
+        if type(given) in (int, float) and not isinstance(given, bool):
+            item["call_id"] = str(given)  # a number: the same key, as the string clients need
+        else:
+            item_id = str(item.get("id") or "")
+            item["call_id"] = "call_" + (item_id.split("_", 1)[1] if "_" in item_id else item_id)
+    return item
 
 KNOWN_KINDS = frozenset(KINDS)
 

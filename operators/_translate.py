@@ -238,7 +238,11 @@ class Translator:
     def feed_all(self, frames: list[Frame]) -> list[Frame]:
         """A batch of folded frames in; their public frames out (``partial`` on an error)."""
         if not self._active:
-            return frames  # no tool needs restoring: every frame is public already
+            # no tool needs restoring: every frame is public already — unless a call arrives
+            # without its name or call_id (it waits for its done), or one is waiting
+            if not self._calls and not any(f.type == _ADDED and _unnamed_call(f) for f in frames):
+                return frames
+            self._active = True
         out: list[Frame] = []
         feed = self.feed
         try:
@@ -273,8 +277,8 @@ class Translator:
         if call is None:
             call = self._calls[index] = _Call()
             name = _name_of(frame)
-            if not name:  # unnamed: buffer until a done names it
-                return self._buffer(call, frame)
+            if not name or (frame.type == _ADDED and _unnamed_call(frame)):
+                return self._buffer(call, frame)  # unnamed (or no call_id yet): until a done
             return self._start(index, call, self.registry.route(name), frame)
         if call.route is None:
             name = _name_of(frame) if frame.type in (_ARGS_DONE, _DONE) else ""
@@ -303,6 +307,15 @@ class Translator:
     def _start(self, index: int, call: _Call, route: ToolRoute, frame: Frame | None = None) -> list[Frame]:
         call.route = route
         replay, call.pending = call.pending, []
+        slot = self._folder.slots.get(index)
+        if slot is not None:  # what the done told: the buffered added shows it too
+            known = slot.current()
+            for f in replay:
+                item = f.data.get("item") if f.type == _ADDED else None
+                if isinstance(item, dict):
+                    for key in ("name", "call_id"):
+                        if not item.get(key) and isinstance(known.get(key), str):
+                            item[key] = known[key]
         call.pending_bytes = 0
         if route.kind is ToolKind.GATEWAY and (self._gateway_first is None or index < self._gateway_first):
             self._gateway_first = index
@@ -476,6 +489,12 @@ class Translator:
         body["output"] = [item for item in restored if item is not None]
         body["tools"] = list(self.registry.public_tools)
         return Response.model_validate(body)
+
+
+def _unnamed_call(frame: Frame) -> bool:
+    """An added function call whose name or call_id is not known yet."""
+    item = frame.data.get("item")
+    return isinstance(item, dict) and item.get("type") == "function_call" and not (item.get("name") and item.get("call_id"))
 
 
 def _name_of(frame: Frame) -> str:

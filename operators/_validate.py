@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from respflow.operators._errors import ProtocolError
-from respflow.operators._frames import Action, EventSpec, Frame, Validation
+from respflow.operators._frames import INT, STR, Action, EventSpec, Frame, Validation, part_problem
 from respflow.operators._items import KINDS, OUTPUT_ITEM, known_kind
 
 # enum members bound once: `Action.X` is a slow lookup on the per-token path
@@ -138,6 +138,7 @@ class Validator:
                             and slot.kind in spec.kinds
                             and item_id
                             and item_id == slot.item_id
+                            and not spec.extra
                         ):
                             run_spec, run_index, run_item_id = spec, index, item_id
                             run_field, run_payload = spec.index_field, spec.payload
@@ -145,9 +146,10 @@ class Validator:
                     if strict:
                         self._check_frame(frame)
                         continue
-                    # lenient: the field types of _ill_typed, inline (same tests; parts never run)
-                    value = 0 if run_field is None else data.get(run_field, 0)
-                    payload_ok = run_payload is None or type(data.get(run_payload, "")) is str
+                    # lenient: the field tests of _ill_typed, inline (same tests; parts and
+                    # extra fields never run): present, and of the type clients require
+                    value = 0 if run_field is None else data.get(run_field)
+                    payload_ok = run_payload is None or type(data.get(run_payload)) is str
                     if type(value) is int and not value >> 32 and payload_ok:
                         continue
                 run_spec = None
@@ -202,8 +204,8 @@ class Validator:
         if self._strict:
             self._check_frame(frame)
             self._check_lifecycle(frame)
-        elif action is _A_MUTATE and _ill_typed(frame.data, frame.spec) is not None:
-            self.ignored += 1  # a field the fold cannot take: a delta of 5, a part of "x"
+        elif (action is _A_MUTATE or frame.spec.extra) and _ill_typed(frame.data, frame.spec) is not None:
+            self.ignored += 1  # a field a client cannot take: a delta of 5, no delta at all
             return False
         if action is _A_OPEN or action is _A_COMPLETE or action is _A_MUTATE:
             return self._resolve(frame, action)
@@ -233,6 +235,9 @@ class Validator:
             raise ProtocolError("streaming event has no valid 'type'", code="missing_type")
         action = spec.action
         if action is _A_OTHER:
+            wrong = _ill_typed(data, spec) if spec.extra else None
+            if wrong is not None:
+                raise _missing(frame.type, wrong)
             return
         if spec.status is not None:
             response = data.get("response")
@@ -269,9 +274,6 @@ class Validator:
             return
         if spec.needs_item_id and not _nonempty(data.get("item_id")):
             raise _missing(frame.type, "item_id")
-        for field in spec.required:
-            if field not in data:
-                raise _missing(frame.type, field)
         wrong = _ill_typed(data, spec)
         if wrong is not None:
             raise _missing(frame.type, wrong)
@@ -523,22 +525,24 @@ def _nonempty(value: Any) -> bool:
 
 
 def _ill_typed(data: dict[str, Any], spec: EventSpec) -> str | None:
-    """The sub-event field that is present with a type nothing downstream can take, or None.
-
-    Index fields (content_index, summary_index, command_index) must be unsigned 32-bit
-    integers, the payload (delta, text, arguments…) a string, ``part`` an object. Strict
-    rejects such an event (and one missing them); lenient ignores it.
-    """
-    field = spec.index_field
-    if field is not None:
-        value = data.get(field, 0)
-        if type(value) is not int or value >> 32:  # not 0 <= value <= 0xFFFFFFFF
-            return field
-    field = spec.payload
-    if field is not None and type(data.get(field, "")) is not str:
-        return field
-    if spec.needs_part and type(data.get("part", _EMPTY)) is not dict:
-        return "part"
+    """The first field a client requires of this sub-event that is missing or of the wrong
+    type, or None (`EventSpec.fields`: index fields unsigned 32-bit integers, payloads
+    strings, ``part`` an object). Strict rejects such an event (``missing_field``); lenient
+    ignores it and counts it — it is never relayed for a client to choke on."""
+    for name, kind in spec.fields:
+        value = data.get(name)
+        if kind is INT:
+            if type(value) is not int or value >> 32:  # not 0 <= value <= 0xFFFFFFFF
+                return name
+        elif kind is STR:
+            if type(value) is not str:
+                return name
+        elif type(value) is not dict:
+            return name
+        elif name == "part":
+            problem = part_problem(spec.type, value)
+            if problem is not None:
+                return problem
     return None
 
 

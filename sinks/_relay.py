@@ -45,6 +45,8 @@ from respflow.operators import (
     Response,
     Translation,
 )
+from respflow.operators._fold import response_error
+from respflow.operators._frames import CATALOGUE, well_formed_type
 
 _TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -52,6 +54,15 @@ _TEXT_EVENTS = frozenset({"response.output_text.delta", "response.output_text.do
 _KEEPALIVES = frozenset({"keepalive", "response.keepalive"})
 _NOT_RELAYED = _TERMINALS | _KEEPALIVES | {""}
 _SPECIAL = _LIFECYCLE | _TEXT_EVENTS  # frames `_rewrite` may change when nothing is offset
+_LEDGER_KINDS = frozenset(
+    {
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.function_call_arguments.delta",
+    }
+)
 
 
 class Sink(Protocol):
@@ -93,6 +104,11 @@ def _relayable(data: Mapping[str, Any]) -> bool:
     return isinstance(kind, str) and bool(kind) and kind not in _TERMINALS and kind not in _KEEPALIVES
 
 
+def _logprobs_ok(value: Any) -> bool:
+    """A list of logprob objects (usually empty: one type test on the per-token path)."""
+    return type(value) is list and (not value or all(type(x) is dict for x in value))
+
+
 def _index_of(data: Mapping[str, Any]) -> int | None:
     index = data.get("output_index")
     return index if isinstance(index, int) else None
@@ -124,6 +140,7 @@ class Relay:
         previous_response_id: str | None = None,
         limits: Limits | None = None,
         base: Mapping[str, Any] | None = None,
+        unknown_events: str = "forward",
     ) -> None:
         """Args:
             sink: where the SSE bytes go.
@@ -133,7 +150,25 @@ class Relay:
             limits: the defer-window and event-size bounds.
             base: request fields for lifecycle snapshots (tools, instructions, metadata…);
                 upstream's snapshot fields win over them.
+            unknown_events: an upstream event of a type the protocol catalogue does not know
+                but with a well-formed name (``response.something_new``) is forwarded
+                (``"forward"``: forward compatibility — a client that knows it gets it; a
+                strict client that does not may refuse the stream) or dropped (``"drop"``).
+                A type that is not a well-formed name is always dropped. Both are counted
+                (`dropped_unknown`, `dropped_malformed`).
         """
+        if unknown_events not in ("forward", "drop"):
+            raise ValueError(f"unknown_events must be 'forward' or 'drop', not {unknown_events!r}")
+        self._forward_unknown = unknown_events == "forward"
+        self.dropped_unknown = 0
+        """Upstream events of a well-formed but unknown type dropped (``unknown_events="drop"``)."""
+        self.dropped_malformed = 0
+        """Upstream events whose type is not a well-formed name, dropped."""
+        self.dropped_contract = 0
+        """Events a strict client's accumulator could not take (see `_contract`), dropped."""
+        self._items: dict[int, str] = {}  # client output_index → item type, once its added is sent
+        self._parts: dict[int, list[bool]] = {}  # message index → its parts (True: output_text)
+        self._pending_parts: dict[int, list[bool]] = {}
         self._sink = sink
         self._base = dict(base or {})
         self.response_id = response_id
@@ -190,6 +225,8 @@ class Relay:
                 kind = data.get("type")
                 if type(kind) is not str or kind in _NOT_RELAYED:
                     continue  # as `_relayable` says
+                if kind not in CATALOGUE and not self._admit_unknown(kind):
+                    continue
                 if offset or kind in _SPECIAL or "response" in data:
                     data = self._rewrite(data)
                 ready.append(data)
@@ -200,7 +237,7 @@ class Relay:
         extra_bytes = 0
         for frame in frames:
             data = frame.data if isinstance(frame, Frame) else dict(frame)
-            if not _relayable(data):
+            if not _relayable(data) or (data["type"] not in CATALOGUE and not self._admit_unknown(data["type"])):
                 continue
             index = data.get("output_index")
             index = index if isinstance(index, int) else None
@@ -235,6 +272,16 @@ class Relay:
         self._deferred_bytes += extra_bytes
         self._boundary = boundary
 
+    def _admit_unknown(self, kind: str) -> bool:
+        """Whether an event of a type the catalogue does not know is relayed (counted if not)."""
+        if not well_formed_type(kind):
+            self.dropped_malformed += 1
+            return False
+        if not self._forward_unknown:
+            self.dropped_unknown += 1
+            return False
+        return True
+
     def _check_defer_bounds(self, new_entries: int, new_bytes: int) -> None:
         if len(self._deferred) + new_entries > self._max_entries:
             raise LimitExceededError(
@@ -262,7 +309,7 @@ class Relay:
             return out
         offset = self._offset and type(data.get("output_index")) is int
         response = "response" in data and isinstance(data["response"], dict)
-        logprobs = kind in _TEXT_EVENTS and type(data.get("logprobs")) is not list
+        logprobs = kind in _TEXT_EVENTS and not _logprobs_ok(data.get("logprobs"))
         if not (offset or response or logprobs):
             return data
         out = data.copy()
@@ -355,8 +402,10 @@ class Relay:
 
     async def fail(self, error: BaseException, *, status: int = 502, output: Sequence[Mapping[str, Any]] = ()) -> None:
         """End the stream on an error (after every frame produced before it): an ``error``
-        event, then a ``response.failed`` terminal carrying the same code and message — so
-        clients that raise at ``error`` and clients that wait for a terminal both show it.
+        event, then a ``response.failed`` terminal carrying the same message and code (as
+        ``error.code`` when clients know the code, else ``server_error`` with the code in
+        ``error.type``) — so clients that raise at ``error`` and clients that wait for a
+        terminal both show it.
         ``output``: the items the response holds so far, if the caller knows them."""
         if isinstance(error, RespflowError):
             code, message = error.code, error.message
@@ -364,7 +413,7 @@ class Relay:
         else:
             code, message, kind = "server_error", f"stream task failed: {type(error).__name__}", "server_error"
         failed = self.snapshot({**self._base, **self._snapshot}, status="failed", output=[dict(i) for i in output])
-        failed["error"] = {"code": code, "message": message}
+        failed["error"] = response_error(code, message)
         failed["incomplete_details"] = None
         await self._send(
             [
@@ -387,8 +436,110 @@ class Relay:
 
     # -- the one funnel ----------------------------------------------------------------------
 
+    def _contract(self, events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[int, str | None, int]]]:
+        """The events a strict client's accumulator can take, in order; and the ledger
+        updates to commit once they are sent.
+
+        The client (openai's stream helper) appends an item per ``output_item.added`` and a
+        part per ``content_part.added``, and indexes them: a second added item at an index, a
+        text event for a part that was not added (or is not text), an argument delta for an
+        item that is not a function call, would crash it. Such events are dropped (counted in
+        `dropped_contract`); a text event for a part not added yet opens it first (a
+        synthetic ``content_part.added``, empty ``output_text`` parts for any gap), as the
+        fold opened it.
+        """
+        out: list[dict[str, Any]] = []
+        updates: list[tuple[int, str | None, int]] = []  # (index, item type | None, parts)
+        items, parts = self._items, self._parts
+        pending_items: dict[int, str] = {}
+        pending_parts: dict[int, list[bool]] = {}
+        for event in events:
+            kind = event["type"]
+            if kind not in _LEDGER_KINDS:
+                out.append(event)
+                continue
+            index = event.get("output_index")
+            if type(index) is not int:
+                out.append(event)
+                continue
+            item_type = pending_items.get(index) or items.get(index)
+            if kind == "response.output_item.added":
+                item = event.get("item")
+                if item_type is not None or not isinstance(item, dict):
+                    self.dropped_contract += 1
+                    continue
+                pending_items[index] = str(item.get("type"))
+                content = item.get("content")
+                pending_parts[index] = [
+                    isinstance(p, dict) and p.get("type") == "output_text" for p in (content if isinstance(content, list) else ())
+                ]
+                updates.append((index, pending_items[index], 0))
+                out.append(event)
+                continue
+            if item_type is None:
+                self.dropped_contract += 1  # a content event before its item: never relayed
+                continue
+            if kind == "response.function_call_arguments.delta":
+                if item_type == "function_call":
+                    out.append(event)
+                else:
+                    self.dropped_contract += 1
+                continue
+            if item_type != "message":
+                out.append(event)  # parts of other items: the client does not index them
+                continue
+            opened = pending_parts.get(index)
+            if opened is None:
+                opened = pending_parts[index] = list(parts.get(index, ()))
+            at = event.get("content_index")
+            if type(at) is not int:
+                self.dropped_contract += 1
+                continue
+            if kind == "response.content_part.added":
+                if at < len(opened):
+                    self.dropped_contract += 1  # a repeat: the client would append it again
+                    continue
+                out += self._open_parts(index, event.get("item_id"), opened, at)
+                part = event.get("part")
+                opened.append(isinstance(part, dict) and part.get("type") == "output_text")
+                out.append(event)
+            else:  # output_text.delta / .done
+                if at >= len(opened):
+                    out += self._open_parts(index, event.get("item_id"), opened, at + 1)
+                if not opened[at]:
+                    self.dropped_contract += 1  # text for a part that is not text
+                    continue
+                out.append(event)
+            updates.append((index, None, len(opened)))
+        self._pending_parts = pending_parts
+        return out, updates
+
+    def _open_parts(self, index: int, item_id: Any, opened: list[bool], upto: int) -> list[dict[str, Any]]:
+        """Synthetic ``content_part.added`` events for parts ``len(opened)..upto-1``."""
+        made = []
+        while len(opened) < upto:
+            made.append(
+                {
+                    "type": "response.content_part.added",
+                    "output_index": index,
+                    "item_id": item_id if isinstance(item_id, str) else "",
+                    "content_index": len(opened),
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                }
+            )
+            opened.append(True)
+        return made
+
+    def _commit_ledger(self, updates: list[tuple[int, str | None, int]]) -> None:
+        for index, item_type, _ in updates:
+            if item_type is not None:
+                self._items[index] = item_type
+        for index, opened in self._pending_parts.items():
+            self._parts[index] = opened
+
     async def _send(self, events: list[dict[str, Any]], *, start: bool = False) -> None:
         """Stamp, serialize and send a batch in one write; commit only after it was sent."""
+        events, ledger = self._contract(events)
         seq = self.sequence
         sent = self._sent_types  # copied before a lifecycle event changes it (commit after send)
         copied = False
@@ -434,6 +585,8 @@ class Relay:
         await self._sink.send(b"".join(out))
         self.sequence = seq
         self._sent_types = sent
+        if ledger:
+            self._commit_ledger(ledger)
 
 
 @pipable_operator

@@ -129,6 +129,7 @@ class Gateway:
         max_streams: int = 1024,
         hosted_tools: Sequence[HostedTool] = (),
         hosted: HostedPolicy = "drop",
+        unknown_events: str = "forward",
     ) -> None:
         """Args:
             upstream: the upstream's base URL (``http://host:port/v1``).
@@ -139,6 +140,8 @@ class Gateway:
             hosted: a hosted type a request declares that has no executor here is dropped
                 (``"drop"``, the default: not offered to the model, echoed in
                 ``response.tools``, named once in the log) or refused (``"reject"``: HTTP 400).
+            unknown_events: upstream events of a well-formed type the protocol catalogue
+                does not know are forwarded (``"forward"``) or dropped (``"drop"``); see `Relay`.
             client: the upstream client; its pool must hold ``max_streams`` connections.
             customize: called with each round's fresh `Graph` (splice operators, add
                 ``on_finish`` functions; the latter are applied to the final Response).
@@ -170,6 +173,9 @@ class Gateway:
         if hosted not in ("drop", "reject"):
             raise ValueError(f"hosted must be 'drop' or 'reject', not {hosted!r}")
         self.hosted = hosted
+        if unknown_events not in ("forward", "drop"):
+            raise ValueError(f"unknown_events must be 'forward' or 'drop', not {unknown_events!r}")
+        self.unknown_events = unknown_events
         self.hosted_tools: dict[str, HostedTool] = {h.type: h for h in hosted_tools}
         if len(self.hosted_tools) != len(hosted_tools):
             raise ValueError("two hosted tools share a type")
@@ -263,6 +269,7 @@ class Gateway:
                     previous_response_id=body.get("previous_response_id"),
                     limits=self.limits,
                     base=base,
+                    unknown_events=self.unknown_events,
                 )
             public: list[dict[str, Any]] = []
             graphs: list[Graph] = []

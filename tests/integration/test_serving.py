@@ -49,7 +49,8 @@ ENDINGS: dict[str, tuple[bytes, dict[str, str]]] = {
     # the upstream says what went wrong, then ends
     "error_then_eof": (
         HEAD + ev({"type": "error", "code": "context_length_exceeded", "message": "the prompt is too long", "param": None}),
-        {"code": "context_length_exceeded", "message": "the prompt is too long"},
+        # a code clients do not know as a Response error code: server_error, the code kept in type
+        {"code": "server_error", "message": "the prompt is too long", "type": "context_length_exceeded"},
     ),
 }
 

@@ -189,7 +189,7 @@ def test_a_failure_mid_stream_reaches_the_official_client_and_a_raw_reader() -> 
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     error, failed = events[-2], events[-1]
     assert error["code"] == "upstream_disconnected"
-    assert failed["response"]["error"] == {"code": "upstream_disconnected", "message": error["message"]}
+    assert failed["response"]["error"] == {"code": "server_error", "message": error["message"], "type": "upstream_disconnected"}
     assert failed["response"]["output"][0]["content"][0]["text"].startswith("partial ")
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert "cut mid-stream" in str(info.value)

@@ -66,7 +66,7 @@ def test_lenient_eof_after_an_upstream_error_event_carries_its_message() -> None
     d = response.to_dict()
     assert frames[-1]["type"] == "error"  # the upstream's error event is relayed too
     assert d["status"] == "failed"
-    assert d["error"] == {"code": "context_length_exceeded", "message": "the prompt is too long"}
+    assert d["error"] == {"code": "server_error", "message": "the prompt is too long", "type": "context_length_exceeded"}
     assert d["output"][0]["status"] == "incomplete"
     assert d["output"][0]["content"][0]["text"] == "Hi"
 
@@ -148,8 +148,6 @@ def test_retained_bytes_are_bounded() -> None:
 @pytest.mark.parametrize(
     ("events", "where", "index"),
     [
-        ([created(), in_progress(), added({"type": "future_kind", "id": [None]}, 3)], "output.0", 3),
-        ([created(), in_progress(), added(fcall(call_id=7))], "call_id", 0),  # type: ignore[arg-type]
         ([created(model=5), in_progress()], "model", None),
     ],
 )
@@ -162,10 +160,27 @@ def test_fields_the_response_cannot_hold_are_a_typed_error(events: list[dict[str
     assert where in str(info.value)
 
 
-def test_invalid_response_names_the_output_index_even_after_a_dropped_item() -> None:
-    from respflow.operators import ProtocolError
+def test_ids_of_the_wrong_type_are_repaired_not_errors() -> None:
+    """An id or call_id a client cannot take: a number becomes its string, anything else a
+    made-up id (as for an empty one) — the added event and the Response agree."""
+    frames, response = run(created(), in_progress(), added(fcall(call_id=7)), added({"type": "future_kind", "id": [None]}, 1), validation=LENIENT)  # type: ignore[arg-type]
+    out = response.to_dict()["output"]
+    assert out[0]["call_id"] == "7" == frames[2]["item"]["call_id"]
+    assert isinstance(out[1]["id"], str) and out[1]["id"] == frames[3]["item"]["id"]
 
-    unfinished_search = added({"type": "web_search_call", "id": "ws_1", "status": "in_progress"}, 0)  # dropped at EOF
-    with pytest.raises(ProtocolError) as info:
-        run(created(), in_progress(), unfinished_search, added({"type": "future_kind", "id": [1]}, 1), validation=LENIENT)
-    assert (info.value.code, info.value.output_index) == ("invalid_response", 1)
+
+def test_invalid_response_names_the_output_index_of_the_bad_item() -> None:
+    """Items are completed for clients (see test_ids_of_the_wrong_type_are_repaired_not_errors),
+    so an item field the Response cannot hold is a last resort: the error names the item's
+    output_index, not its position in the output (an item before it may have been dropped)."""
+    from pydantic import ValidationError
+
+    from respflow.operators import Response
+    from respflow.operators._fold import unstorable
+
+    body = {"id": "r", "created_at": 1, "model": "m", "status": "completed", "output": [dict(message(), content=[]), dict(message("m2"), content=[], role=5)]}
+    with pytest.raises(ValidationError) as raised:
+        Response.model_validate(body)
+    error = unstorable(raised.value, [0, 4])  # output[1] is the item at output_index 4
+    assert (error.code, error.output_index) == ("invalid_response", 4)
+    assert "output.1" in error.message

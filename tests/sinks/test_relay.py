@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from respflow.flows import decode, live
 from respflow.operators import LimitExceededError, Limits, Translation, Validation
@@ -53,9 +55,18 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def seeded(relay: Relay, indexes: range = range(16)) -> Relay:
+    """As if the relay had sent a message item with one text part at each index (its client
+    ledger), so a unit test can send the deltas it is about without their lifecycle."""
+    for i in indexes:
+        relay._items[i] = "message"
+        relay._parts[i] = [True]
+    return relay
+
+
 async def started(sink: CollectSink | None = None, **kw: Any) -> tuple[Relay, CollectSink]:
     sink = sink or CollectSink()
-    relay = Relay(sink, response_id="resp_gw", **kw)
+    relay = seeded(Relay(sink, response_id="resp_gw", **kw))
     await relay.emit_upstream(Translation([], None))
     await relay.emit_upstream([CREATED])
     return relay, sink
@@ -84,7 +95,7 @@ def test_created_once_with_the_gateway_id_and_upstream_terminals_withheld() -> N
 def test_a_missing_created_is_made_before_the_first_frame() -> None:
     async def go() -> list[dict[str, Any]]:
         sink = CollectSink()
-        relay = Relay(sink, response_id="resp_gw", model="pub")
+        relay = seeded(Relay(sink, response_id="resp_gw", model="pub"))
         await relay.emit_upstream([delta(0)])
         return evs(sink)
 
@@ -157,6 +168,7 @@ def test_final_deferred_delivery_emits_indexless_frames_last() -> None:
 def test_drain_puts_each_indexs_tool_events_before_its_deferred_frames() -> None:
     async def go() -> list[dict[str, Any]]:
         relay, sink = await started()
+        del relay._items[6], relay._parts[6]  # the tool's item is added by the drain
         relay.start_round(5)
         await relay.emit_upstream(Translation([], 1))
         await relay.emit_upstream([delta(2), delta(1)])
@@ -203,7 +215,7 @@ def test_deferred_frames_have_a_shared_byte_limit() -> None:
 def test_a_failed_or_cancelled_send_consumes_no_sequence_or_lifecycle(failure: BaseException) -> None:
     async def go() -> list[dict[str, Any]]:
         sink = FlakySink()
-        relay = Relay(sink, response_id="resp_gw")
+        relay = seeded(Relay(sink, response_id="resp_gw"))
         sink.fail_next = failure
         with pytest.raises(type(failure)):
             await relay.emit_upstream([CREATED])
@@ -236,7 +248,7 @@ def test_cancelling_a_flush_keeps_the_unsent_frames_and_their_bytes() -> None:
 def test_local_and_upstream_events_share_numbering_but_not_rewriting() -> None:
     async def go() -> list[dict[str, Any]]:
         sink = CollectSink()
-        relay = Relay(sink, response_id="resp_test")
+        relay = seeded(Relay(sink, response_id="resp_test"))
         await relay.emit_local([ev("response.created", response={"id": "local", "status": "in_progress"})])
         relay.start_round(7)
         await relay.emit_upstream([ev("response.in_progress", response={"id": "up"}), delta(1)])
@@ -253,7 +265,7 @@ def test_local_and_upstream_events_share_numbering_but_not_rewriting() -> None:
 def test_rounds_share_lifecycle_and_numbering_while_items_start_fresh() -> None:
     async def go() -> list[dict[str, Any]]:
         sink = CollectSink()
-        relay = Relay(sink, response_id="resp_gw")
+        relay = seeded(Relay(sink, response_id="resp_gw"))
         for offset in (0, 1):
             relay.start_round(offset)
             await relay.emit_upstream([CREATED, ev("response.in_progress", response={"id": "up"}), ev("response.output_item.done", 0, item={"type": "message", "id": f"m{offset}", "role": "assistant", "status": "completed", "content": []}), ev("response.completed", response={"id": "up"})])
@@ -295,6 +307,7 @@ def test_error_frame_after_the_frames_before_it() -> None:
         "response.created",
         "response.in_progress",
         "response.output_item.added",
+        "response.content_part.added",  # the delta's part, opened for the client (none was sent)
         "response.output_text.delta",
         "error",
         "response.failed",
@@ -304,9 +317,9 @@ def test_error_frame_after_the_frames_before_it() -> None:
     assert error["error"]["message"] == error["message"]
     # the terminal carries the same error, and what the response held so far
     assert failed["response"]["status"] == "failed"
-    assert failed["response"]["error"] == {"code": "malformed_frame", "message": error["message"]}
+    assert failed["response"]["error"] == {"code": "server_error", "message": error["message"], "type": "malformed_frame"}
     assert failed["response"]["output"][0]["content"][0]["text"] == "x"
-    assert [e["sequence_number"] for e in out] == list(range(6))
+    assert [e["sequence_number"] for e in out] == list(range(7))
 
 
 @settings(max_examples=60, deadline=None)
@@ -334,3 +347,55 @@ def test_relaying_custom_tool_calls_then_folding_gives_the_same_response(stream:
     refolded = decode(sink.getvalue(), validation=Validation.STRICT, response_id="resp_gw").to_dict()
     assert refolded["output"] == original["output"]
     assert all(item["type"] in ("message", "custom_tool_call") for item in refolded["output"])
+
+
+def test_the_client_ledger_repairs_or_drops_what_a_strict_client_could_not_take() -> None:
+    msg = {"type": "message", "id": "m0", "role": "assistant", "status": "in_progress", "content": []}
+
+    async def go() -> tuple[list[dict[str, Any]], int]:
+        sink = CollectSink()
+        relay = Relay(sink, response_id="resp_gw")
+        await relay.emit_upstream([CREATED])
+        await relay.emit_upstream(
+            [
+                ev("response.output_item.added", 0, item=msg),
+                ev("response.output_item.added", 0, item=msg),  # a repeat: dropped
+                delta(0, "a"),  # part 0 was never added: opened for the client first
+                ev("response.content_part.added", 0, item_id="m0", content_index=0, part={"type": "output_text", "text": ""}),  # dropped: opened
+                ev("response.content_part.added", 0, item_id="m0", content_index=1, part={"type": "refusal", "refusal": ""}),
+                ev("response.output_text.delta", 0, item_id="m0", content_index=1, delta="b", logprobs=[]),  # not a text part: dropped
+                ev("response.function_call_arguments.delta", 0, item_id="m0", delta="{"),  # not a call: dropped
+                delta(3, "c"),  # no item at 3: dropped
+            ]
+        )
+        return evs(sink)[1:], relay.dropped_contract
+
+    out, dropped = run(go())
+    assert [(e["type"], e.get("content_index")) for e in out] == [
+        ("response.output_item.added", None),
+        ("response.content_part.added", 0),
+        ("response.output_text.delta", 0),
+        ("response.content_part.added", 1),
+    ]
+    assert out[1]["part"]["type"] == "output_text"
+    assert dropped == 5
+    TypeAdapter(ResponseStreamEvent).validate_python(out[1])
+
+
+@pytest.mark.parametrize("policy", ["forward", "drop"])
+def test_unknown_event_types_are_forwarded_or_dropped_and_malformed_names_always_dropped(policy: str) -> None:
+    async def go() -> tuple[list[str], Relay]:
+        sink = CollectSink()
+        relay = seeded(Relay(sink, response_id="resp_gw", unknown_events=policy))
+        await relay.emit_upstream([CREATED])
+        await relay.emit_upstream([ev("response.something_new", 0, x=1), ev("Not A Type!", 0), delta(0)])
+        return [e["type"] for e in evs(sink)], relay
+
+    kinds, relay = run(go())
+    if policy == "forward":
+        assert kinds[1:] == ["response.something_new", "response.output_text.delta"]
+        assert relay.dropped_unknown == 0
+    else:
+        assert kinds[1:] == ["response.output_text.delta"]
+        assert relay.dropped_unknown == 1
+    assert relay.dropped_malformed == 1
