@@ -145,3 +145,147 @@ def run_core_bench(*, quick: bool = False) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# ---- `respflow bench --detail`: the figures the README quotes beside the table ---------------
+
+
+def _median_ns(samples: list[float], events: int) -> float:
+    return round(1e9 * statistics.median(samples) / events, 1)
+
+
+def stage_costs(chunks: list[bytes], repeats: int) -> dict[str, float]:
+    """ns per event of each stage alone: the reads go through the stages one read at a time,
+    as in the pipeline (nothing piles up), each stage's call timed on its own; and the
+    ``orjson.loads`` inside normalize, timed on the same payloads."""
+    from respflow.operators import Folder, Normalizer, ToolRegistry, Translator, Validator
+
+    names = ("split", "normalize", "orjson.loads", "validate", "fold", "translate")
+    times: dict[str, list[float]] = {k: [] for k in names}
+    clock = time.perf_counter
+    loads = orjson.loads
+    events = 0
+    for _ in range(repeats):
+        total = dict.fromkeys(names, 0.0)
+        splitter = LineSplitter()
+        normalizer = Normalizer()
+        validator = Validator(Validation.LENIENT)
+        folder = Folder(response_id="resp_gw")
+        translator = Translator(ToolRegistry(), folder)
+        events = 0
+        for chunk in chunks:
+            t0 = clock()
+            lines = splitter.feed(chunk)
+            t1 = clock()
+            for payload, _ in lines:
+                loads(payload)
+            t2 = clock()
+            frames = normalizer.feed_all(lines)
+            t3 = clock()
+            frames = validator.feed_all(frames)
+            t4 = clock()
+            frames = folder.feed_all(frames)
+            t5 = clock()
+            translator.feed_all(frames)
+            t6 = clock()
+            total["split"] += t1 - t0
+            total["orjson.loads"] += t2 - t1
+            total["normalize"] += t3 - t2
+            total["validate"] += t4 - t3
+            total["fold"] += t5 - t4
+            total["translate"] += t6 - t5
+            events += len(lines)
+        for name in names:
+            times[name].append(total[name])
+    return {k: _median_ns(v, events) for k, v in times.items()}
+
+
+def json_vs_orjson(chunks: list[bytes], repeats: int) -> float:
+    """How many times slower the stdlib ``json.loads`` is than ``orjson.loads`` on the payloads."""
+    import json
+
+    splitter = LineSplitter()
+    payloads = [p for c in chunks for p, _ in splitter.feed(c)]
+    ratios = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for p in payloads:
+            json.loads(p)
+        t1 = time.perf_counter()
+        for p in payloads:
+            orjson.loads(p)
+        t2 = time.perf_counter()
+        ratios.append((t1 - t0) / (t2 - t1))
+    return round(statistics.median(ratios), 2)
+
+
+def recorded_ratios(repeats: int) -> list[dict[str, Any]]:
+    """The core's ratio to the floor on each recording bundled with the package (16 KiB reads;
+    a short stream's fixed costs — building the pipeline, the final Response — show here)."""
+    from pathlib import Path
+
+    out = []
+    for path in sorted((Path(__file__).parent / "data").glob("*.sse")):
+        chunks = reads(path.read_bytes())
+        ratios = []
+        events = 0
+        for _ in range(repeats * 5):
+            t0 = time.perf_counter()
+            floor(chunks)
+            t1 = time.perf_counter()
+            events = core(chunks)
+            t2 = time.perf_counter()
+            ratios.append((t1 - t0) / (t2 - t1))
+        out.append({"recording": path.name, "events": events, "ratio_to_floor": round(statistics.median(ratios), 3)})
+    return out
+
+
+def gc_freeze_effect(chunks: list[bytes], repeats: int) -> dict[str, float]:
+    """µs per relayed event of the relay workload with the startup heap frozen (``gc.freeze``,
+    as ``respflow serve`` does) and not, interleaved."""
+    import gc
+
+    plain: list[float] = []
+    frozen: list[float] = []
+    events = 1
+    for _ in range(repeats):
+        gc.unfreeze()
+        gc.collect()
+        t0 = time.perf_counter()
+        events = relay(chunks)
+        plain.append(time.perf_counter() - t0)
+        gc.freeze()
+        t0 = time.perf_counter()
+        relay(chunks)
+        frozen.append(time.perf_counter() - t0)
+    gc.unfreeze()
+    return {
+        "unfrozen_us_per_event": round(1e6 * statistics.median(plain) / events, 3),
+        "frozen_us_per_event": round(1e6 * statistics.median(frozen) / events, 3),
+    }
+
+
+def run_detail(*, quick: bool = False) -> dict[str, Any]:
+    body = synthetic_stream(items=12 if quick else 60, deltas=200 if quick else 500)
+    chunks = reads(body)
+    repeats = 3 if quick else 9
+    return {
+        "stage_ns_per_event": stage_costs(chunks, repeats),
+        "json_loads_x_orjson": json_vs_orjson(chunks, repeats),
+        "recorded": recorded_ratios(1 if quick else 3),
+        "gc_freeze": gc_freeze_effect(chunks, repeats),
+    }
+
+
+def format_detail(detail: dict[str, Any]) -> str:
+    stages = detail["stage_ns_per_event"]
+    lines = ["per event, each stage alone (ns, medians):"]
+    lines += [f"  {name:13} {ns:>8.1f} ns" for name, ns in stages.items()]
+    lines.append(f"json.loads / orjson.loads on the same payloads: {detail['json_loads_x_orjson']:.2f}x")
+    lines.append("core / floor on the bundled recordings (16 KiB reads):")
+    lines += [f"  {r['recording']:36} {r['events']:>5} events  {r['ratio_to_floor']:.3f}x" for r in detail["recorded"]]
+    gc_ = detail["gc_freeze"]
+    lines.append(
+        f"relay workload: {gc_['unfrozen_us_per_event']:.3f} us/event, {gc_['frozen_us_per_event']:.3f} us/event with gc.freeze()"
+    )
+    return "\n".join(lines)

@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
         "--placement", action="store_true", help="also run the placement benchmark (inline vs worker)"
     )
     bench.add_argument(
+        "--detail", action="store_true", help="also: per-stage ns, recorded-stream ratios, json vs orjson, gc.freeze"
+    )
+    bench.add_argument(
         "--serve", action="store_true", help="the serving benchmark instead: respflow serve vs a byte pipe, same run"
     )
     bench.add_argument("--streams", default="100,200,500", help="--serve: concurrent stream counts (comma-separated)")
@@ -247,6 +250,12 @@ def _bench(args: argparse.Namespace) -> int:
 
     print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)
     rows = run_core_bench(quick=args.quick)
+    detail: dict[str, object] = {}
+    if args.detail:
+        from respflow.flows._bench import run_detail
+
+        print("respflow bench: detail (stages, recordings, json, gc.freeze)", file=sys.stderr)
+        detail = run_detail(quick=args.quick)
     placement: list[dict[str, object]] = []
     if args.placement:
         from respflow.flows._placement import format_placement, run_placement_bench
@@ -254,7 +263,7 @@ def _bench(args: argparse.Namespace) -> int:
         print("respflow bench: placement (this takes a minute or two)", file=sys.stderr)
         placement = run_placement_bench(quick=args.quick)
     if args.json:
-        out = {"core": rows, "placement": placement}
+        out = {"core": rows, "placement": placement, "detail": detail}
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     print(f"{'workload':42} {'events':>8} {'median s':>9} {'events/s':>10} {'MB/s in':>8} {'x floor':>8}")
@@ -263,6 +272,11 @@ def _bench(args: argparse.Namespace) -> int:
             f"{row['name']:42} {row['events']:>8} {row['median_s']:>9.4f} "
             f"{row['events_per_s']:>10} {row['mb_in_per_s']:>8} {row['ratio_to_floor']:>8.3f}"
         )
+    if detail:
+        from respflow.flows._bench import format_detail
+
+        print()
+        print(format_detail(detail))
     if placement:
         print()
         print(format_placement(placement))

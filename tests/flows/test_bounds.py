@@ -55,8 +55,13 @@ def test_a_parked_consumer_stops_the_reads(placement: str) -> None:
         it = batches(source(), GraphRun(Graph()), placement=placement, out_max=4, inline_max_bytes=0)  # type: ignore[arg-type]
         first = await anext(it)
         assert first.frames
-        for _ in range(50):
-            await asyncio.sleep(0)  # let the pump run as far as it can
+        # give the pump and the core thread real time to run as far as they can (an unbounded
+        # buffer would have read all 250 reads by then: ~10 ms of work), and wait until the
+        # reads stop moving — the pump is parked on the full buffer
+        seen = -1
+        while seen != len(reads_done):
+            seen = len(reads_done)
+            await asyncio.sleep(0.15)
         # taken 1 + queued 4 + in flight ≤ 2 + the one being read
         assert len(reads_done) <= 1 + 4 + 2 + 1
         await it.aclose()

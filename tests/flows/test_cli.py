@@ -96,11 +96,34 @@ def test_a_bad_tools_file_is_an_error(tmp_path: Path) -> None:
 
 def test_bench_prints_its_table_as_json() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--quick", "--json"], capture_output=True, timeout=120, check=False
+        [sys.executable, "-m", "respflow", "bench", "--quick", "--json", "--detail"], capture_output=True, timeout=180, check=False
     )
     assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)["core"]
+    out = json.loads(result.stdout)
+    rows = out["core"]
     assert [r["name"].split(" ")[0] for r in rows] == ["floor", "core", "relay"]
     assert rows[0]["ratio_to_floor"] == 1.0
-    assert all(r["events"] == rows[0]["events"] for r in rows[:2])
-    assert all(r["ratio_to_floor"] > 0 for r in rows)
+    assert all(r["events"] == rows[0]["events"] > 1000 for r in rows)
+    for row in rows:
+        assert set(row) == {"name", "bytes", "events", "median_s", "events_per_s", "mb_in_per_s", "ratio_to_floor"}
+        assert all(isinstance(row[k], int | float) and row[k] > 0 for k in row if k != "name")
+        assert 0 < row["ratio_to_floor"] <= 1.0 + 1e-9 or row is rows[0]
+    detail = out["detail"]
+    assert set(detail["stage_ns_per_event"]) == {"split", "normalize", "orjson.loads", "validate", "fold", "translate"}
+    assert all(ns > 0 for ns in detail["stage_ns_per_event"].values())
+    assert detail["json_loads_x_orjson"] > 1  # orjson is the faster parser, or why depend on it
+    assert [r["recording"] for r in detail["recorded"]] == ["reasoning-vllm-qwen3-30b.sse", "text-openai-gpt-4o.sse", "tool-call-auto-qwen3-30b.sse"]
+    assert all(r["events"] > 0 and r["ratio_to_floor"] > 0 for r in detail["recorded"])
+    assert all(v > 0 for v in detail["gc_freeze"].values())
+
+
+def test_bench_prints_a_table_with_units() -> None:
+    result = subprocess.run([sys.executable, "-m", "respflow", "bench", "--quick"], capture_output=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].split() == ["workload", "events", "median", "s", "events/s", "MB/s", "in", "x", "floor"]
+    rows = [line for line in lines[1:] if line.strip()]
+    assert [r.split()[0] for r in rows] == ["floor", "core", "relay"]
+    for row in rows:
+        numbers = row.split()[-5:]  # events, median s, events/s, MB/s, x floor
+        assert all(float(n) > 0 for n in numbers), row

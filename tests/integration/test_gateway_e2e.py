@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -227,9 +226,9 @@ def test_client_disconnect_closes_the_upstream_request() -> None:
         with httpx.stream("POST", gw + "/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=30) as r:
             for _ in r.iter_bytes():
                 break
-            gone = time.monotonic()
-        wait_for(lambda: script.closed_at is not None, 10, "the upstream request to be closed")
-        assert script.closed_at is not None and script.closed_at - gone < 2.0
+        # the behaviour, not a time: the upstream saw its request closed (a generous bound on a
+        # loaded machine) long before its ≈ 15 s answer was sent
+        wait_for(lambda: script.closed_at is not None, 30, "the upstream request to be closed")
         assert not script.finished
 
 

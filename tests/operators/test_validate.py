@@ -51,6 +51,12 @@ STRICT_TABLE: list[tuple[str, list[dict[str, Any] | str], str]] = [
     ("function delta aimed at a message", [created(), in_progress(), added(message()), args_delta("{", item_id="msg_1")], "identity_mismatch"),
     ("re-adding index 0 after its done", [created(), in_progress(), added(message()), done(message(status="completed")), added(message("msg_2"))], "repeated_item"),
     ("unsupported item type", [created(), in_progress(), added({"type": "future_tool_call", "id": "ftc_1"})], "unknown_item_type"),
+    # created but never in_progress: item events and every terminal are out of order
+    ("an item added after created, before in_progress", [created(), added(message())], "lifecycle_order"),
+    ("an item done after created, before in_progress", [created(), done(message(status="completed"))], "lifecycle_order"),
+    ("completed after created, before in_progress", [created(), completed()], "lifecycle_order"),
+    ("failed after created, before in_progress", [created(), {"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "error": {"code": "server_error", "message": "x"}}}], "lifecycle_order"),
+    ("incomplete after created, before in_progress", [created(), {"type": "response.incomplete", "response": {"id": "resp_1", "status": "incomplete"}}], "lifecycle_order"),
 ]
 
 
