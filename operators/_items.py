@@ -681,6 +681,25 @@ def complete_item(item: dict[str, Any], *, done: bool, derive_call_id: bool = Tr
 
 KNOWN_KINDS = frozenset(KINDS)
 
+CLIENT_ITEM_KINDS = frozenset(
+    {
+        *KINDS,
+        "function_call_output",
+        "computer_call_output",
+        "program",
+        "program_output",
+        "tool_search_output",
+        "additional_tools",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "mcp_approval_response",
+        "custom_tool_call_output",
+    }
+)
+"""Output item types the official client knows (its ``ResponseOutputItem`` union): an item of
+another type is forwarded or dropped by the relay's ``unknown_events`` policy."""
+
 
 def known_kind(kind: object) -> bool:
     """Is ``kind`` (any JSON value) an item type we know?"""

@@ -47,6 +47,7 @@ from respflow.operators import (
 )
 from respflow.operators._fold import response_error
 from respflow.operators._frames import CATALOGUE, well_formed_type
+from respflow.operators._items import CLIENT_ITEM_KINDS
 
 _TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -54,9 +55,12 @@ _TEXT_EVENTS = frozenset({"response.output_text.delta", "response.output_text.do
 _KEEPALIVES = frozenset({"keepalive", "response.keepalive"})
 _NOT_RELAYED = _TERMINALS | _KEEPALIVES | {""}
 _SPECIAL = _LIFECYCLE | _TEXT_EVENTS  # frames `_rewrite` may change when nothing is offset
+_TEXT_DELTA = "response.output_text.delta"
+_DROPPED = "\x00dropped"  # the ledger's item type for an index whose item the client was not sent
 _LEDGER_KINDS = frozenset(
     {
         "response.output_item.added",
+        "response.output_item.done",
         "response.content_part.added",
         "response.output_text.delta",
         "response.output_text.done",
@@ -394,6 +398,9 @@ class Relay:
         """Send the one terminal event, built from the final Response."""
         body = response.to_dict() if isinstance(response, Response) else dict(response)
         body = self.snapshot({**self._base, **body})
+        output = body.get("output")
+        if isinstance(output, list):  # the items the client could not be sent are not in it either
+            body["output"] = [i for i in output if self._item_fate(i, count=False) is None]
         status = body.get("status")
         kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(str(status), "response.completed")
         await self._ensure_created()
@@ -412,7 +419,8 @@ class Relay:
             kind = "invalid_request_error" if status < 500 else "server_error"
         else:
             code, message, kind = "server_error", f"stream task failed: {type(error).__name__}", "server_error"
-        failed = self.snapshot({**self._base, **self._snapshot}, status="failed", output=[dict(i) for i in output])
+        sendable = [dict(i) for i in output if self._item_fate(i, count=False) is None]
+        failed = self.snapshot({**self._base, **self._snapshot}, status="failed", output=sendable)
         failed["error"] = response_error(code, message)
         failed["incomplete_details"] = None
         await self._send(
@@ -453,19 +461,40 @@ class Relay:
         items, parts = self._items, self._parts
         pending_items: dict[int, str] = {}
         pending_parts: dict[int, list[bool]] = {}
+        append = out.append
         for event in events:
             kind = event["type"]
             if kind not in _LEDGER_KINDS:
-                out.append(event)
+                append(event)
                 continue
             index = event.get("output_index")
             if type(index) is not int:
-                out.append(event)
+                append(event)
                 continue
+            if kind is _TEXT_DELTA or kind == _TEXT_DELTA:  # the per-token case, first
+                opened = pending_parts.get(index) or parts.get(index)
+                at = event.get("content_index")
+                if opened is not None and type(at) is int and at < len(opened) and opened[at]:
+                    append(event)  # a text part of a message (only messages have parts here)
+                    continue
             item_type = pending_items.get(index) or items.get(index)
-            if kind == "response.output_item.added":
+            if item_type == _DROPPED:
+                self.dropped_contract += 1  # an event of an item the client was not sent
+                continue
+            if kind == "response.output_item.added" or kind == "response.output_item.done":
                 item = event.get("item")
-                if item_type is not None or not isinstance(item, dict):
+                fate = self._item_fate(item)
+                if fate is not None:  # malformed or (by policy) unknown: the item's events go too
+                    if item_type is None:
+                        pending_items[index] = _DROPPED
+                        updates.append((index, _DROPPED, 0))
+                    continue
+                if kind == "response.output_item.done":
+                    append(event)
+                    continue
+            if kind == "response.output_item.added":
+                assert isinstance(item, dict)
+                if item_type is not None:
                     self.dropped_contract += 1
                     continue
                 pending_items[index] = str(item.get("type"))
@@ -513,6 +542,17 @@ class Relay:
             updates.append((index, None, len(opened)))
         self._pending_parts = pending_parts
         return out, updates
+
+    def _item_fate(self, item: Any, *, count: bool = True) -> str | None:
+        """None if a client can be sent this item; else why not (counted)."""
+        kind = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(kind, str) or not well_formed_type(kind):
+            self.dropped_malformed += count
+            return "malformed"
+        if kind not in CLIENT_ITEM_KINDS and not self._forward_unknown:
+            self.dropped_unknown += count
+            return "unknown"
+        return None
 
     def _open_parts(self, index: int, item_id: Any, opened: list[bool], upto: int) -> list[dict[str, Any]]:
         """Synthetic ``content_part.added`` events for parts ``len(opened)..upto-1``."""
