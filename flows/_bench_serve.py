@@ -132,6 +132,8 @@ def _serve_args(upstream_port: int, port: int, workers: int, extra: Sequence[str
         "--port",
         str(port),
         *(["--workers", str(workers)] if workers != 1 else []),
+        # the serving path alone; what the store adds per request is `respflow bench --store`
+        *(["--store", "none"] if "--store" not in extra else []),
         *extra,
     ]
 

@@ -74,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="where responses and conversations are kept: sqlite:///PATH (default: a file in "
+        "$XDG_DATA_HOME/respflow, printed at start), postgresql://user:pass@host/db, or none",
+    )
+    serve.add_argument("--store-ttl", type=float, default=None, metavar="SECONDS", help="how long stored rows are kept (default: forever)")
+    serve.add_argument(
         "--unknown-events",
         choices=("forward", "drop"),
         default="forward",
@@ -114,6 +122,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--serve-arg", action="append", default=[], help="--serve: an extra argument for respflow serve")
     bench.add_argument(
         "--soak", action="store_true", help="--serve: 2,000 streams (200 at a time, some abandoned, some cut): leaks?"
+    )
+    bench.add_argument(
+        "--store",
+        action="store_true",
+        help="the storage benchmark instead: persist + rehydrate on SQLite and PostgreSQL, and what storing adds",
+    )
+    bench.add_argument(
+        "--pg", default=None, metavar="URL", help="--store: measure this PostgreSQL (default: a throwaway local cluster)"
     )
     return parser
 
@@ -173,7 +189,7 @@ def _without_option(argv: list[str], name: str) -> list[str]:
 def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
     import logging
 
-    from respflow.flows._serve import run_loop, serve, supervise
+    from respflow.flows._serve import default_store_url, run_loop, serve, supervise
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.max_streams < 1 or args.workers < 1:
@@ -196,6 +212,8 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
             reuse_port=args.reuse_port,
             hosted=args.hosted_tools,
             unknown_events=args.unknown_events,
+            store=args.store if args.store is not None else default_store_url(),
+            store_ttl=args.store_ttl,
         )
     )
     return 0
@@ -243,9 +261,26 @@ def _bench_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_store(args: argparse.Namespace) -> int:
+    from respflow.flows._bench_store import format_store, run_store_bench
+
+    print("respflow bench --store: what keeping responses costs (medians; added = minus --store none)", file=sys.stderr)
+    if args.quick:
+        result = run_store_bench(requests=80, chain=10, rounds=1, pg=args.pg)
+    else:
+        result = run_store_bench(rounds=args.rounds, pg=args.pg)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(format_store(result))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.serve:
         return _bench_serve(args)
+    if args.store:
+        return _bench_store(args)
     from respflow.flows._bench import run_core_bench
 
     print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ import uvicorn
 
 from respflow.flows._runner import Placement
 from respflow.flows.gateway import Gateway, GatewayTool, gateway_app, simulator_app
+from respflow.sinks.store import store_for
 
 log = logging.getLogger("respflow")
 
@@ -61,6 +63,12 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
         asyncio.run(main)
         return
     uvloop.run(main)
+
+
+def default_store_url() -> str:
+    """The embedded store of ``respflow serve``: a SQLite file under ``$XDG_DATA_HOME``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return "sqlite:///" + os.path.join(base, "respflow", "respflow.db")
 
 
 def _server(app: Any, sock: socket.socket) -> tuple[uvicorn.Server, socket.socket]:
@@ -107,16 +115,24 @@ async def serve(
     reuse_port: bool = False,
     hosted: str = "drop",
     unknown_events: str = "forward",
+    store: str = "none",
+    store_ttl: float | None = None,
 ) -> None:
-    """Run the gateway until interrupted."""
+    """Run the gateway until interrupted. ``store``: a store URL (`store_for`)."""
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
     if upstream is None:
         sim_sock = _bind("127.0.0.1", 0)
         upstream = f"http://127.0.0.1:{sim_sock.getsockname()[1]}/v1"
         servers.append(_server(simulator_app(pace=pace), sim_sock))
     gateway = Gateway(
-        upstream, tools=DEMO_TOOLS if demo_tools else (), placement=placement, max_streams=max_streams, hosted=hosted,
+        upstream,
+        tools=DEMO_TOOLS if demo_tools else (),
+        placement=placement,
+        max_streams=max_streams,
+        hosted=hosted,
         unknown_events=unknown_events,
+        store=store_for(store),
+        store_ttl=store_ttl,
     )
     gw_sock = _bind(host, port, reuse_port=reuse_port)
     servers.append(_server(gateway_app(gateway), gw_sock))

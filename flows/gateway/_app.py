@@ -29,54 +29,17 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from respflow.flows.gateway._http import error_body, error_payload, error_status, send_json
 from respflow.flows.gateway._rounds import Gateway, new_response_id
-from respflow.operators import RelayError, RequestError, RespflowError, UpstreamError
+from respflow.flows.gateway._routes import state_routes
+from respflow.operators import RelayError, RequestError, RespflowError
+from respflow.sinks.store import tenant_of
 
 log = logging.getLogger("respflow")
 
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _FORWARD = (b"authorization", b"openai-organization", b"openai-project")
-
-
-def error_body(message: str, *, kind: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    """An OpenAI-shaped error body."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def error_status(exc: RespflowError) -> int:
-    status = getattr(exc, "status", None)
-    if isinstance(status, int):
-        return status
-    return 400 if isinstance(exc, RequestError) else 502
-
-
-def error_payload(exc: RespflowError) -> dict[str, Any]:
-    """The OpenAI-shaped body for ``exc`` (an upstream's own error message when it gave one)."""
-    status = error_status(exc)
-    message = exc.message
-    if isinstance(exc, UpstreamError) and exc.body_excerpt:
-        try:
-            upstream = orjson.loads(exc.body_excerpt)
-            inner = upstream.get("error") if isinstance(upstream, dict) else None
-            if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-                message = f"upstream: {inner['message']}"
-        except orjson.JSONDecodeError:
-            pass
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return error_body(message, kind=kind, code=exc.code, param=getattr(exc, "param", None))
-
-
-async def send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    data = orjson.dumps(body)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*_JSON_HEADERS, (b"content-length", str(len(data)).encode()), *(headers or [])],
-        }
-    )
-    await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
 def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -209,10 +172,22 @@ class GatewayApp(Starlette):
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            yield
-            await gateway.aclose()
+            purge: asyncio.Task[None] | None = None
+            if gateway.store is not None:
+                await gateway.store.open()
+                log.info("store: %s at %s", gateway.store.backend, gateway.store.where)
+                if gateway.state.ttl:
+                    purge = asyncio.get_running_loop().create_task(_purge(gateway))
+            try:
+                yield
+            finally:
+                if purge is not None:
+                    purge.cancel()
+                    await asyncio.gather(purge, return_exceptions=True)
+                await gateway.aclose()
 
-        super().__init__(routes=[Route("/health", health, methods=["GET"])], lifespan=lifespan)
+        routes = [Route("/health", health, methods=["GET"]), *state_routes(gateway)]
+        super().__init__(routes=routes, lifespan=lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -261,7 +236,9 @@ class GatewayApp(Starlette):
     async def _collected(self, body: Mapping[str, Any], headers: dict[str, str], send: Send, started: float) -> None:
         response_id = new_response_id()
         try:
-            response, rounds = await self.gateway.run(body, headers, None, response_id=response_id)
+            response, rounds = await self.gateway.run(
+                body, headers, None, response_id=response_id, tenant=tenant_of(headers.get("authorization"))
+            )
         except RespflowError as exc:
             await send_json(send, error_status(exc), error_payload(exc))
             _log_line("false", response_id, 0, 0, _error_outcome(exc), started)
@@ -286,7 +263,9 @@ class GatewayApp(Starlette):
         outcome, rounds, items = "completed", 0, 0
         try:
             try:
-                response, rounds = await self.gateway.run(body, headers, sink, response_id=response_id)
+                response, rounds = await self.gateway.run(
+                    body, headers, sink, response_id=response_id, tenant=tenant_of(headers.get("authorization"))
+                )
                 items = len(response.output)
                 outcome = response.status
             except asyncio.CancelledError:
@@ -318,6 +297,20 @@ class GatewayApp(Starlette):
             sink.stop()
             watcher.cancel()
             _log_line("true", response_id, rounds, items, outcome, started)
+
+
+async def _purge(gateway: Gateway, every: float = 60.0) -> None:
+    """Delete stored rows past their retention, once a minute."""
+    assert gateway.store is not None
+    while True:
+        await asyncio.sleep(every)
+        try:
+            removed = await gateway.store.purge_expired()
+        except Exception as exc:  # a store that failed now may answer next time
+            log.warning("store: purging expired rows failed: %s", type(exc).__name__)
+            continue
+        if removed:
+            log.info("store: purged %d expired rows", removed)
 
 
 def _error_outcome(exc: RespflowError) -> str:

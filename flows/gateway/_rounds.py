@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
@@ -31,6 +32,7 @@ from respflow.flows._graph import Graph, GraphRun
 from respflow.flows._runner import Placement, batches
 from respflow.flows._transport import Upstream, default_client
 from respflow.flows.gateway._hosted import HostedTool, unavailable_executor
+from respflow.flows.gateway._state import Resolved, State, stored_item
 from respflow.flows.gateway._tools import (
     Executor,
     GatewayTool,
@@ -53,6 +55,7 @@ from respflow.operators import (
 from respflow.operators._fold import unstorable
 from respflow.operators._tools import GATEWAY_BUILTINS, HostedPolicy
 from respflow.sinks import Relay, Sink, relayed
+from respflow.sinks.store import ANONYMOUS, Store
 
 _CALLS = ("function_call", "custom_tool_call")
 
@@ -88,6 +91,28 @@ def _sum_usage(total: dict[str, Any] | None, usage: Mapping[str, Any] | None) ->
 
 
 log = logging.getLogger("respflow")
+
+
+_NOT_UPSTREAM = frozenset({"previous_response_id", "conversation", "background"})
+"""Request fields the gateway answers itself (state it resolved, runs it keeps)."""
+
+
+@dataclass
+class _Turn:
+    """One request, as the rounds see it."""
+
+    body: Mapping[str, Any]
+    headers: Mapping[str, str]
+    model: str
+    response_id: str
+    registry: ToolRegistry
+    executors: dict[str, Executor]
+    mcp_servers: list[McpServer]
+    relay: Relay | None
+    base: dict[str, Any]
+    tenant: str
+    resolved: Resolved
+    turn_input: list[dict[str, Any]]
 
 
 def _round_items(graphs: list[Graph], registry: ToolRegistry) -> list[dict[str, Any]]:
@@ -130,6 +155,10 @@ class Gateway:
         hosted_tools: Sequence[HostedTool] = (),
         hosted: HostedPolicy = "drop",
         unknown_events: str = "forward",
+        store: Store | None = None,
+        store_ttl: float | None = None,
+        max_history_items: int = 10_000,
+        max_history_bytes: int = 32 << 20,
     ) -> None:
         """Args:
             upstream: the upstream's base URL (``http://host:port/v1``).
@@ -142,6 +171,10 @@ class Gateway:
                 ``response.tools``, named once in the log) or refused (``"reject"``: HTTP 400).
             unknown_events: upstream events of a well-formed type the protocol catalogue
                 does not know are forwarded (``"forward"``) or dropped (``"drop"``); see `Relay`.
+            store: where responses and conversations are kept (opened by the app's lifespan,
+                or by the caller); None keeps nothing. ``store_ttl``: seconds a row is kept.
+            max_history_items, max_history_bytes: the most a continued turn may carry (400
+                past it).
             client: the upstream client; its pool must hold ``max_streams`` connections.
             customize: called with each round's fresh `Graph` (splice operators, add
                 ``on_finish`` functions; the latter are applied to the final Response).
@@ -176,6 +209,8 @@ class Gateway:
         if unknown_events not in ("forward", "drop"):
             raise ValueError(f"unknown_events must be 'forward' or 'drop', not {unknown_events!r}")
         self.unknown_events = unknown_events
+        self.store = store
+        self.state = State(store, ttl=store_ttl, max_history_items=max_history_items, max_history_bytes=max_history_bytes)
         self.hosted_tools: dict[str, HostedTool] = {h.type: h for h in hosted_tools}
         if len(self.hosted_tools) != len(hosted_tools):
             raise ValueError("two hosted tools share a type")
@@ -193,6 +228,8 @@ class Gateway:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        if self.store is not None:
+            await self.store.aclose()
 
     def _hosted_wanted(self, declared: list[Any]) -> list[HostedTool]:
         """The hosted executors a request's tools ask for (each once)."""
@@ -212,8 +249,12 @@ class Gateway:
         sink: Sink | None,
         *,
         response_id: str | None = None,
+        tenant: str = ANONYMOUS,
     ) -> tuple[Response, int]:
         """Serve one request; stream to ``sink`` when given. Returns the Response and rounds.
+
+        ``tenant`` owns what the request continues and what it stores (a hash of the caller's
+        credential; `respflow.sinks.store.tenant_of`).
 
         Raises a `RespflowError`. When the stream had started, the sink already got an
         ``error`` event (after every frame produced before the error).
@@ -225,6 +266,8 @@ class Gateway:
         declared = body.get("tools") or []
         if not isinstance(declared, list):
             raise RequestError("'tools' must be an array", param="tools")
+        resolved = await self.state.resolve(body, tenant)
+        turn_input = [stored_item(i) for i in input_items] if resolved.store else []
         response_id = response_id or new_response_id()
         async with AsyncExitStack() as stack:
             mcp_servers = [McpServer(t) for t in declared if isinstance(t, dict) and t.get("type") == "mcp"]
@@ -259,7 +302,10 @@ class Gateway:
                 if key in body
             }
             base["tools"] = registry.public_tools
-            input_items = registry.upstream_input(input_items)
+            base["store"] = resolved.store
+            if resolved.conversation is not None:
+                base["conversation"] = {"id": resolved.conversation}
+            input_items = registry.upstream_input(resolved.history + input_items)
             relay = None
             if sink is not None:
                 relay = Relay(
@@ -274,9 +320,8 @@ class Gateway:
             public: list[dict[str, Any]] = []
             graphs: list[Graph] = []
             try:
-                return await self._rounds(
-                    body, headers, model, response_id, input_items, registry, executors, mcp_servers, relay, base, public, graphs
-                )
+                turn = _Turn(body, headers, model, response_id, registry, executors, mcp_servers, relay, base, tenant, resolved, turn_input)
+                return await self._rounds(turn, input_items, public, graphs)
             except RelayError:
                 raise
             except Exception as exc:
@@ -294,22 +339,12 @@ class Gateway:
                 raise
 
     async def _rounds(
-        self,
-        body: Mapping[str, Any],
-        headers: Mapping[str, str],
-        model: str,
-        response_id: str,
-        input_items: list[Any],
-        registry: ToolRegistry,
-        executors: dict[str, Executor],
-        mcp_servers: list[McpServer],
-        relay: Relay | None,
-        base: dict[str, Any],
-        public: list[dict[str, Any]],
-        graphs: list[Graph],
+        self, turn: _Turn, input_items: list[Any], public: list[dict[str, Any]], graphs: list[Graph]
     ) -> tuple[Response, int]:
         """The rounds; ``public`` collects the client's items, ``graphs`` holds the graph of a
         round whose items are not in ``public`` yet (so a failure can say what the response had)."""
+        body, headers, model, response_id = turn.body, turn.headers, turn.model, turn.response_id
+        registry, executors, mcp_servers, relay, base = turn.registry, turn.executors, turn.mcp_servers, turn.relay, turn.base
         if mcp_servers:
             events: list[dict[str, Any]] = []
             for server in mcp_servers:
@@ -324,8 +359,8 @@ class Gateway:
         rounds = 0
         while True:
             rounds += 1
-            request = dict(body)
-            request.update(input=input_items, stream=True)
+            request = {k: v for k, v in body.items() if k not in _NOT_UPSTREAM}
+            request.update(input=input_items, stream=True, store=False)
             if upstream_tools or "tools" in body:
                 request["tools"] = upstream_tools
             if rounds > 1:
@@ -397,7 +432,11 @@ class Gateway:
         }
         if body.get("previous_response_id") is not None:
             final["previous_response_id"] = body["previous_response_id"]
+        if turn.resolved.conversation is not None:
+            final["conversation"] = {"id": turn.resolved.conversation}
         response = graph.finish_response(final_response(final))
+        # kept BEFORE the terminal is sent: a client that sees it completed can chain at once
+        await self.state.persist(turn.tenant, turn.resolved, response.to_dict(), turn.turn_input)
         if relay is not None:
             await relay.complete(response)
         return response, rounds

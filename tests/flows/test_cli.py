@@ -127,3 +127,23 @@ def test_bench_prints_a_table_with_units() -> None:
     for row in rows:
         numbers = row.split()[-5:]  # events, median s, events/s, MB/s, x floor
         assert all(float(n) > 0 for n in numbers), row
+
+
+def test_bench_store_measures_both_backends_against_no_store() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "respflow", "bench", "--store", "--quick", "--json"], capture_output=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    backends = ["sqlite", "postgresql"] if out["postgresql"].startswith("a throwaway") else ["sqlite"]
+    alone = out["store"]
+    assert [(r["backend"], r["concurrency"]) for r in alone] == [(b, c) for b in backends for c in (1, 4, 16)]
+    for row in alone:
+        assert row["requests"] >= 80 and row["requests_per_s"] > 0
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+    served = out["end_to_end"]
+    assert [(r["store"], r["concurrency"]) for r in served] == [(s, c) for c in (1, 4, 16) for s in ["none", *backends]]
+    for row in served:
+        assert row["errors"] == 0, row["first_error"]
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+        assert (row["added_p50_ms"] is None) == (row["store"] == "none")

@@ -1,0 +1,96 @@
+"""The shared store: PostgreSQL through asyncpg, with a connection pool.
+
+For more than one process or machine. The schema is created and migrated at start under a
+PostgreSQL advisory lock, so replicas that start at once do it once. A conversation's appends
+take their positions with one ``UPDATE … RETURNING`` (a row lock), so concurrent turns never
+interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import asyncpg
+
+from respflow.sinks.store._protocol import StoreError
+from respflow.sinks.store._sql import Connection, SqlStore
+
+_MIGRATION_LOCK = 0x72657370  # "resp": the advisory lock that serializes migrations
+_MARK = re.compile(r"\?")
+
+
+def numbered(sql: str) -> str:
+    """``?`` placeholders as PostgreSQL's ``$1, $2, …``."""
+    count = 0
+
+    def next_mark(_: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return f"${count}"
+
+    return _MARK.sub(next_mark, sql)
+
+
+class _Conn:
+    def __init__(self, db: asyncpg.pool.PoolConnectionProxy[asyncpg.Record]) -> None:
+        self._db = db
+
+    async def execute(self, sql: str, *args: Any) -> None:
+        await self._db.execute(numbered(sql), *args)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._db.executemany(numbered(sql), rows)
+
+    async def fetch(self, sql: str, *args: Any) -> list[Sequence[Any]]:
+        return [tuple(row) for row in await self._db.fetch(numbered(sql), *args)]
+
+
+class PostgresStore(SqlStore):
+    """The store in a PostgreSQL database (``postgresql://user:pass@host:port/db``)."""
+
+    backend = "postgresql"
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.dsn = dsn
+        self.where = re.sub(r"//[^@/]*@", "//", dsn)  # never log the credentials
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._min, self._max = min_size, max_size
+
+    async def open(self) -> None:
+        try:
+            self._pool = await asyncpg.create_pool(self.dsn, min_size=self._min, max_size=self._max)
+        except Exception as exc:
+            raise StoreError(f"could not connect to the PostgreSQL store at {self.where}: {type(exc).__name__}") from None
+        async with self.transaction() as db:
+            await db.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+            await self._migrate(db)
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool[asyncpg.Record]:
+        if self._pool is None:
+            raise StoreError("the store is not open")
+        return self._pool
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        try:
+            connection = await self.pool.acquire()
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"the PostgreSQL store is unreachable: {type(exc).__name__}") from None
+        try:
+            async with connection.transaction():
+                yield _Conn(connection)
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise StoreError(f"the PostgreSQL store failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+        finally:
+            await self.pool.release(connection)

@@ -1,0 +1,278 @@
+"""The store over SQL: one implementation, two drivers (aiosqlite, asyncpg).
+
+Tables (every row keyed by tenant first):
+
+| table | what |
+|---|---|
+| ``respflow_schema`` | the schema version (migrations run once, in order, under a lock) |
+| ``items`` | every item once: ``(tenant, id) → body`` |
+| ``responses`` | the final Response, the turn's input ids, its ``context`` (ordered ids) |
+| ``conversations`` | metadata, and the next free item position |
+| ``conversation_items`` | ``(tenant, conversation, position) → item id`` |
+
+Bodies and id lists are JSON text (orjson): both databases store and return them as they are,
+and nothing queries inside them. SQL is written with ``?`` placeholders; the PostgreSQL driver
+numbers them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from respflow.sinks.store._protocol import Conversation, Page, StoredResponse
+
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            "CREATE TABLE IF NOT EXISTS items (tenant TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, "
+            "expires_at DOUBLE PRECISION, PRIMARY KEY (tenant, id))",
+            "CREATE TABLE IF NOT EXISTS responses (tenant TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, "
+            "input_ids TEXT NOT NULL, context TEXT NOT NULL, background INTEGER NOT NULL DEFAULT 0, "
+            "created_at BIGINT NOT NULL, expires_at DOUBLE PRECISION, PRIMARY KEY (tenant, id))",
+            "CREATE TABLE IF NOT EXISTS conversations (tenant TEXT NOT NULL, id TEXT NOT NULL, metadata TEXT NOT NULL, "
+            "created_at BIGINT NOT NULL, next_position BIGINT NOT NULL DEFAULT 0, expires_at DOUBLE PRECISION, "
+            "PRIMARY KEY (tenant, id))",
+            "CREATE TABLE IF NOT EXISTS conversation_items (tenant TEXT NOT NULL, conversation_id TEXT NOT NULL, "
+            "position BIGINT NOT NULL, item_id TEXT NOT NULL, PRIMARY KEY (tenant, conversation_id, position))",
+            "CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at)",
+            "CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)",
+            "CREATE INDEX IF NOT EXISTS conversations_expiry ON conversations (expires_at)",
+        ],
+    ),
+]
+"""Schema migrations, in order: ``(version, statements)``. Add a version; never edit one."""
+
+
+class Connection(Protocol):
+    """What the store needs of a database connection (inside a transaction or not)."""
+
+    async def execute(self, sql: str, *args: Any) -> None: ...
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    async def fetch(self, sql: str, *args: Any) -> list[Sequence[Any]]: ...
+
+
+class SqlStore:
+    """The `Store` protocol over a SQL database (see the module docstring)."""
+
+    backend = "sql"
+    where = ""
+
+    # -- what a driver provides --------------------------------------------------------------
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Connection]:
+        raise NotImplementedError
+
+    async def migrate(self) -> None:
+        """Run the migrations this database has not had, each once."""
+        async with self.transaction() as db:
+            await self._migrate(db)
+
+    async def _migrate(self, db: Connection) -> None:
+        await db.execute("CREATE TABLE IF NOT EXISTS respflow_schema (version INTEGER NOT NULL)")
+        rows = await db.fetch("SELECT max(version) FROM respflow_schema")
+        current = rows[0][0] if rows and rows[0][0] is not None else 0
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            for statement in statements:
+                await db.execute(statement)
+            await db.execute("INSERT INTO respflow_schema (version) VALUES (?)", version)
+
+    # -- responses ---------------------------------------------------------------------------
+
+    async def save_response(
+        self,
+        tenant: str,
+        response: StoredResponse,
+        items: list[dict[str, Any]],
+        *,
+        conversation: str | None = None,
+        conversation_items: list[str] | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        expires = time.time() + ttl if ttl else None
+        async with self.transaction() as db:
+            await self._put_items(db, tenant, items, expires)
+            await db.execute(
+                "INSERT INTO responses (tenant, id, body, input_ids, context, background, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, id) DO UPDATE SET body = excluded.body, "
+                "input_ids = excluded.input_ids, context = excluded.context, expires_at = excluded.expires_at",
+                tenant,
+                response.id,
+                orjson.dumps(response.body).decode(),
+                orjson.dumps(response.input_ids).decode(),
+                orjson.dumps(response.context).decode(),
+                1 if response.background else 0,
+                response.created_at,
+                expires,
+            )
+            if conversation is not None and conversation_items:
+                await self._append(db, tenant, conversation, conversation_items)
+
+    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
+        async with self.transaction() as db:
+            rows = await db.fetch(
+                "SELECT body, input_ids, context, background, created_at FROM responses WHERE tenant = ? AND id = ?",
+                tenant,
+                response_id,
+            )
+        if not rows:
+            return None
+        body, input_ids, context, background, created_at = rows[0]
+        return StoredResponse(response_id, orjson.loads(body), orjson.loads(input_ids), orjson.loads(context), bool(background), int(created_at))
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        async with self.transaction() as db:
+            rows = await db.fetch("SELECT 1 FROM responses WHERE tenant = ? AND id = ?", tenant, response_id)
+            if not rows:
+                return False
+            await db.execute("DELETE FROM responses WHERE tenant = ? AND id = ?", tenant, response_id)
+        return True
+
+    async def items(self, tenant: str, ids: list[str]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        found: dict[str, dict[str, Any]] = {}
+        async with self.transaction() as db:
+            for start in range(0, len(ids), 500):  # bounded IN lists
+                chunk = list(dict.fromkeys(ids[start : start + 500]))
+                marks = ", ".join("?" for _ in chunk)
+                for item_id, body in await db.fetch(f"SELECT id, body FROM items WHERE tenant = ? AND id IN ({marks})", tenant, *chunk):
+                    found[item_id] = orjson.loads(body)
+        return [found[i] for i in ids if i in found]
+
+    async def page(self, tenant: str, ids: list[str], *, after: str | None, limit: int, order: str) -> Page:
+        ordered = list(reversed(ids)) if order == "desc" else list(ids)
+        if after is not None:
+            ordered = ordered[ordered.index(after) + 1 :] if after in ordered else []
+        chosen = ordered[:limit]
+        return Page(await self.items(tenant, chosen), len(ordered) > limit)
+
+    # -- conversations -----------------------------------------------------------------------
+
+    async def create_conversation(self, tenant: str, conversation: Conversation, items: list[dict[str, Any]], ttl: float | None = None) -> None:
+        expires = time.time() + ttl if ttl else None
+        async with self.transaction() as db:
+            await db.execute(
+                "INSERT INTO conversations (tenant, id, metadata, created_at, next_position, expires_at) VALUES (?, ?, ?, ?, 0, ?)",
+                tenant,
+                conversation.id,
+                orjson.dumps(conversation.metadata).decode(),
+                conversation.created_at,
+                expires,
+            )
+            if items:
+                await self._put_items(db, tenant, items, expires)
+                await self._append(db, tenant, conversation.id, [str(i["id"]) for i in items])
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> Conversation | None:
+        async with self.transaction() as db:
+            rows = await db.fetch("SELECT metadata, created_at FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+        if not rows:
+            return None
+        return Conversation(conversation_id, orjson.loads(rows[0][0]), int(rows[0][1]))
+
+    async def update_conversation(self, tenant: str, conversation_id: str, metadata: dict[str, Any]) -> Conversation | None:
+        async with self.transaction() as db:
+            rows = await db.fetch("SELECT created_at FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+            if not rows:
+                return None
+            await db.execute(
+                "UPDATE conversations SET metadata = ? WHERE tenant = ? AND id = ?", orjson.dumps(metadata).decode(), tenant, conversation_id
+            )
+        return Conversation(conversation_id, metadata, int(rows[0][0]))
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        async with self.transaction() as db:
+            rows = await db.fetch("SELECT 1 FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+            if not rows:
+                return False
+            await db.execute("DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ?", tenant, conversation_id)
+            await db.execute("DELETE FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+        return True
+
+    async def conversation_ids(self, tenant: str, conversation_id: str) -> list[str] | None:
+        async with self.transaction() as db:
+            exists = await db.fetch("SELECT 1 FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+            if not exists:
+                return None
+            rows = await db.fetch(
+                "SELECT item_id FROM conversation_items WHERE tenant = ? AND conversation_id = ? ORDER BY position",
+                tenant,
+                conversation_id,
+            )
+        return [str(r[0]) for r in rows]
+
+    async def add_conversation_items(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> bool:
+        async with self.transaction() as db:
+            exists = await db.fetch("SELECT expires_at FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+            if not exists:
+                return False
+            await self._put_items(db, tenant, items, exists[0][0])
+            await self._append(db, tenant, conversation_id, [str(i["id"]) for i in items])
+        return True
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        async with self.transaction() as db:
+            rows = await db.fetch(
+                "SELECT position FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?",
+                tenant,
+                conversation_id,
+                item_id,
+            )
+            if not rows:
+                return False
+            await db.execute(
+                "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?", tenant, conversation_id, item_id
+            )
+        return True
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def purge_expired(self) -> int:
+        now = time.time()
+        removed = 0
+        async with self.transaction() as db:
+            for table in ("responses", "items", "conversations"):
+                rows = await db.fetch(f"SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at < ?", now)
+                removed += int(rows[0][0])
+                await db.execute(f"DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at < ?", now)
+            await db.execute(
+                "DELETE FROM conversation_items WHERE NOT EXISTS (SELECT 1 FROM conversations c WHERE "
+                "c.tenant = conversation_items.tenant AND c.id = conversation_items.conversation_id)"
+            )
+        return removed
+
+    # -- shared steps ------------------------------------------------------------------------
+
+    async def _put_items(self, db: Connection, tenant: str, items: list[dict[str, Any]], expires: float | None) -> None:
+        if items:
+            await db.executemany(
+                "INSERT INTO items (tenant, id, body, expires_at) VALUES (?, ?, ?, ?) ON CONFLICT (tenant, id) DO NOTHING",
+                [(tenant, str(i["id"]), orjson.dumps(i).decode(), expires) for i in items],
+            )
+
+    async def _append(self, db: Connection, tenant: str, conversation_id: str, ids: list[str]) -> None:
+        """Append ``ids`` to a conversation at positions taken atomically (a concurrent turn
+        gets the positions after these, or before: never the same, never interleaved)."""
+        rows = await db.fetch(
+            "UPDATE conversations SET next_position = next_position + ? WHERE tenant = ? AND id = ? RETURNING next_position",
+            len(ids),
+            tenant,
+            conversation_id,
+        )
+        if not rows:
+            return
+        start = int(rows[0][0]) - len(ids)
+        await db.executemany(
+            "INSERT INTO conversation_items (tenant, conversation_id, position, item_id) VALUES (?, ?, ?, ?)",
+            [(tenant, conversation_id, start + n, item_id) for n, item_id in enumerate(ids)],
+        )
