@@ -80,6 +80,21 @@ class PostgresStore(SqlStore):
         return self._pool
 
     @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[Connection]:
+        try:
+            connection = await self.pool.acquire()
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"the PostgreSQL store is unreachable: {type(exc).__name__}") from None
+        try:
+            yield _Conn(connection)
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise StoreError(f"the PostgreSQL store failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+        finally:
+            await self.pool.release(connection)
+
+    @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
         try:
             connection = await self.pool.acquire()

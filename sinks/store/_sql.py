@@ -70,6 +70,11 @@ class SqlStore:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[Connection]:
         raise NotImplementedError
 
+    def read(self) -> contextlib.AbstractAsyncContextManager[Connection]:
+        """A connection for reads that need no transaction (each statement sees committed
+        rows): no BEGIN/COMMIT round trips. The drivers' own; by default a transaction."""
+        return self.transaction()
+
     async def migrate(self) -> None:
         """Run the migrations this database has not had, each once."""
         async with self.transaction() as db:
@@ -118,7 +123,7 @@ class SqlStore:
                 await self._append(db, tenant, conversation, conversation_items)
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
-        async with self.transaction() as db:
+        async with self.read() as db:
             rows = await db.fetch(
                 "SELECT body, input_ids, context, background, created_at FROM responses WHERE tenant = ? AND id = ?",
                 tenant,
@@ -141,7 +146,7 @@ class SqlStore:
         if not ids:
             return []
         found: dict[str, dict[str, Any]] = {}
-        async with self.transaction() as db:
+        async with self.read() as db:
             for start in range(0, len(ids), 500):  # bounded IN lists
                 chunk = list(dict.fromkeys(ids[start : start + 500]))
                 marks = ", ".join("?" for _ in chunk)
@@ -174,7 +179,7 @@ class SqlStore:
                 await self._append(db, tenant, conversation.id, [str(i["id"]) for i in items])
 
     async def get_conversation(self, tenant: str, conversation_id: str) -> Conversation | None:
-        async with self.transaction() as db:
+        async with self.read() as db:
             rows = await db.fetch("SELECT metadata, created_at FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
         if not rows:
             return None

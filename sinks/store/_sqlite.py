@@ -31,8 +31,7 @@ class _Conn:
         await self._db.executemany(sql, rows)
 
     async def fetch(self, sql: str, *args: Any) -> list[Sequence[Any]]:
-        async with self._db.execute(sql, args) as cursor:
-            return list(await cursor.fetchall())
+        return list(await self._db.execute_fetchall(sql, args))  # one trip to the thread
 
 
 class SqliteStore(SqlStore):
@@ -62,6 +61,17 @@ class SqliteStore(SqlStore):
         if self._db is not None:
             await self._db.close()
             self._db = None
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[Connection]:
+        db = self._db
+        if db is None:
+            raise StoreError("the store is not open")
+        async with self._lock:  # never between the statements of a write
+            try:
+                yield _Conn(db)
+            except (sqlite3.Error, OSError) as exc:
+                raise StoreError(f"the SQLite store failed: {type(exc).__name__}: {exc}") from None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
