@@ -125,9 +125,11 @@ class SqlStore:
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         async with self.read() as db:
             rows = await db.fetch(
-                "SELECT body, input_ids, context, background, created_at FROM responses WHERE tenant = ? AND id = ?",
+                "SELECT body, input_ids, context, background, created_at FROM responses WHERE tenant = ? AND id = ? "
+                "AND (expires_at IS NULL OR expires_at > ?)",
                 tenant,
                 response_id,
+                time.time(),
             )
         if not rows:
             return None
@@ -180,7 +182,12 @@ class SqlStore:
 
     async def get_conversation(self, tenant: str, conversation_id: str) -> Conversation | None:
         async with self.read() as db:
-            rows = await db.fetch("SELECT metadata, created_at FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+            rows = await db.fetch(
+                "SELECT metadata, created_at FROM conversations WHERE tenant = ? AND id = ? AND (expires_at IS NULL OR expires_at > ?)",
+                tenant,
+                conversation_id,
+                time.time(),
+            )
         if not rows:
             return None
         return Conversation(conversation_id, orjson.loads(rows[0][0]), int(rows[0][1]))
@@ -206,7 +213,12 @@ class SqlStore:
 
     async def conversation_ids(self, tenant: str, conversation_id: str) -> list[str] | None:
         async with self.transaction() as db:
-            exists = await db.fetch("SELECT 1 FROM conversations WHERE tenant = ? AND id = ?", tenant, conversation_id)
+            exists = await db.fetch(
+                "SELECT 1 FROM conversations WHERE tenant = ? AND id = ? AND (expires_at IS NULL OR expires_at > ?)",
+                tenant,
+                conversation_id,
+                time.time(),
+            )
             if not exists:
                 return None
             rows = await db.fetch(

@@ -8,13 +8,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import os
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -294,23 +292,73 @@ def test_two_replicas_share_one_postgresql(postgres_dsn: str) -> None:
         assert on_a.responses.retrieve(follow.id).previous_response_id == made.id
 
 
-def test_the_store_keeps_rows_for_its_ttl_only() -> None:
-    async def go(path: str) -> tuple[bool, int, bool]:
-        from respflow.sinks.store import StoredResponse
+def test_the_store_keeps_rows_for_its_ttl_only(store_url: str) -> None:
+    async def go() -> tuple[bool, bool, int, bool, bool]:
+        from respflow.sinks.store import Conversation, StoredResponse
 
-        store = store_for(f"sqlite:///{path}")
+        store = store_for(store_url)
         assert store is not None
         await store.open()
-        await store.save_response("t", StoredResponse("resp_a", {"id": "resp_a"}, [], ["i"]), [{"id": "i"}], ttl=0.05)
+        await store.save_response("t", StoredResponse("resp_a", {"id": "resp_a"}, [], ["i"]), [{"id": "i"}], ttl=0.3)
         await store.save_response("t", StoredResponse("resp_b", {"id": "resp_b"}, [], []), [], ttl=None)
-        await asyncio.sleep(0.1)
+        await store.create_conversation("t", Conversation("conv_a", {}, 1), [], ttl=0.3)
+        live = await store.get_response("t", "resp_a") is not None
+        await asyncio.sleep(0.5)
+        expired = await store.get_response("t", "resp_a") is None and await store.get_conversation("t", "conv_a") is None
         removed = await store.purge_expired()
         gone = await store.get_response("t", "resp_a") is None
         kept = await store.get_response("t", "resp_b") is not None
         await store.aclose()
-        return gone, removed, kept
+        return live, expired, removed, gone, kept
 
-    with tempfile.TemporaryDirectory() as d:
-        gone, removed, kept = asyncio.run(go(os.path.join(d, "s.db")))
-    assert gone and kept and removed == 2  # the response and its item
-    assert time.time() > 0
+    live, expired, removed, gone, kept = asyncio.run(go())
+    assert live  # within its ttl
+    assert expired  # past it: never returned, even before the purge
+    assert removed == 3  # the response, its item, the conversation
+    assert gone and kept
+
+
+def test_gateway_tool_rounds_are_stored_as_seen_and_continue_upstream_as_calls() -> None:
+    """A turn in which the gateway ran a tool is kept with its ``mcp_call`` item; its
+    continuation sends that call upstream as the function call and output the model knows.
+    ``instructions`` are not inherited."""
+    from respflow.flows import GatewayTool, simulator_app
+
+    seen: list[dict[str, Any]] = []
+    simulator = simulator_app(pace=0.0)
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await simulator(scope, receive, send)
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        seen.append(json.loads(b"".join(chunks)))
+        replayed = iter([{"type": "http.request", "body": b"".join(chunks), "more_body": False}])
+
+        async def again() -> Any:
+            return next(replayed, {"type": "http.disconnect"})
+
+        return await simulator(scope, again, send)
+
+    numbers = {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "number"}}}, "required": ["numbers"]}
+    tool = GatewayTool("add_numbers", lambda args: str(sum(args["numbers"])), "Add numbers.", numbers)
+    with tempfile.TemporaryDirectory() as d, serve(recording) as up:
+        gateway = Gateway(up, tools=[tool], store=store_for(f"sqlite:///{d}/s.db"))
+        with serve(gateway_app(gateway)) as gw, client(gw) as c:
+            first = c.responses.create(model="m", input="add_numbers 2 and 40", instructions="be brief")
+            assert [i.type for i in first.output] == ["mcp_call", "message"]
+            assert c.responses.retrieve(first.id).output[0].model_dump() == first.output[0].model_dump()
+            assert seen[0]["instructions"] == "be brief"
+            rounds_before = len(seen)
+            c.responses.create(model="m", input="thanks", previous_response_id=first.id)
+    upstream = seen[rounds_before]
+    assert "instructions" not in upstream
+    kinds = [(i.get("type"), i.get("role")) for i in upstream["input"]]
+    assert kinds == [("message", "user"), ("function_call", None), ("function_call_output", None), ("message", "assistant"), ("message", "user")]
+    call, output = upstream["input"][1], upstream["input"][2]
+    assert call["name"] == "add_numbers" and json.loads(call["arguments"]) == {"numbers": [2, 40]}
+    assert output["call_id"] == call["call_id"] and output["output"] == "42"
