@@ -82,6 +82,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--store-ttl", type=float, default=None, metavar="SECONDS", help="how long stored rows are kept (default: forever)")
     serve.add_argument(
+        "--background-retention",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="how long a background response's events stay resumable after it ended (default: 3600)",
+    )
+    serve.add_argument(
+        "--background-lease",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="a replica running a background response renews its claim every third of this; a claim not renewed "
+        "for this long (the replica died) lets another replica end the response failed (default: 15)",
+    )
+    serve.add_argument(
         "--unknown-events",
         choices=("forward", "drop"),
         default="forward",
@@ -195,6 +210,9 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
     if args.max_streams < 1 or args.workers < 1:
         print("error[invalid_argument]: --max-streams and --workers must be at least 1", file=sys.stderr)
         return 2
+    if args.background_retention <= 0 or args.background_lease <= 0:
+        print("error[invalid_argument]: --background-retention and --background-lease must be positive", file=sys.stderr)
+        return 2
     if args.workers > 1:
         argv = [a for a in (sys_argv or sys.argv[1:]) if a != "serve"]
         argv = _without_option(argv, "--workers")
@@ -214,6 +232,8 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
             unknown_events=args.unknown_events,
             store=args.store if args.store is not None else default_store_url(),
             store_ttl=args.store_ttl,
+            background_retention=args.background_retention,
+            background_lease=args.background_lease,
         )
     )
     return 0

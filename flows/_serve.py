@@ -117,6 +117,8 @@ async def serve(
     unknown_events: str = "forward",
     store: str = "none",
     store_ttl: float | None = None,
+    background_retention: float = 3600.0,
+    background_lease: float = 15.0,
 ) -> None:
     """Run the gateway until interrupted. ``store``: a store URL (`store_for`)."""
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
@@ -133,6 +135,8 @@ async def serve(
         unknown_events=unknown_events,
         store=store_for(store),
         store_ttl=store_ttl,
+        background_retention=background_retention,
+        background_lease=background_lease,
     )
     gw_sock = _bind(host, port, reuse_port=reuse_port)
     servers.append(_server(gateway_app(gateway), gw_sock))

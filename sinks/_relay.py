@@ -438,6 +438,19 @@ class Relay:
         )
         self.finished = True
 
+    async def cancel(self, *, output: Sequence[Mapping[str, Any]] = ()) -> None:
+        """End a cancelled response (after every frame produced before it): a
+        ``response.failed`` terminal whose Response has ``status: "cancelled"`` and no error —
+        the protocol has no cancelled event, and this one every client's model accepts.
+        ``output``: the items the response holds so far, if the caller knows them."""
+        sendable = [dict(i) for i in output if self._item_fate(i, count=False) is None]
+        cancelled = self.snapshot({**self._base, **self._snapshot}, status="cancelled", output=sendable)
+        cancelled["error"] = None
+        cancelled["incomplete_details"] = None
+        await self._ensure_created()
+        await self._send([{"type": "response.failed", "response": cancelled}])
+        self.finished = True
+
     async def _ensure_created(self) -> None:
         if "response.created" not in self._sent_types:
             await self._send([], start=True)

@@ -29,7 +29,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from respflow.flows.gateway._http import error_body, error_payload, error_status, send_json
+from respflow.flows.gateway._background import Background
+from respflow.flows.gateway._http import (
+    error_body,
+    error_payload,
+    error_status,
+    send_json,
+    sse_response,
+)
 from respflow.flows.gateway._rounds import Gateway, new_response_id
 from respflow.flows.gateway._routes import state_routes
 from respflow.operators import RelayError, RequestError, RespflowError
@@ -164,6 +171,12 @@ class GatewayApp(Starlette):
     def __init__(self, gateway: Gateway, *, max_body_bytes: int = 4 << 20) -> None:
         self.gateway = gateway
         self.max_body_bytes = max_body_bytes
+        self.background: Background | None = None
+        if gateway.store is not None:
+            self.background = Background(
+                gateway, gateway.store, retention=gateway.background_retention, lease=gateway.background_lease
+            )
+        background = self.background
 
         async def health(request: Request) -> JSONResponse:
             return JSONResponse(
@@ -172,21 +185,25 @@ class GatewayApp(Starlette):
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            purge: asyncio.Task[None] | None = None
+            tasks: list[asyncio.Task[None]] = []
             if gateway.store is not None:
                 await gateway.store.open()
                 log.info("store: %s at %s", gateway.store.backend, gateway.store.where)
-                if gateway.state.ttl:
-                    purge = asyncio.get_running_loop().create_task(_purge(gateway))
+                # background runs' logs expire after their retention even without a --store-ttl
+                tasks.append(asyncio.get_running_loop().create_task(_purge(gateway)))
+            if background is not None:
+                tasks.append(asyncio.get_running_loop().create_task(background.maintain()))
             try:
                 yield
             finally:
-                if purge is not None:
-                    purge.cancel()
-                    await asyncio.gather(purge, return_exceptions=True)
+                if background is not None:
+                    await background.aclose()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
                 await gateway.aclose()
 
-        routes = [Route("/health", health, methods=["GET"]), *state_routes(gateway)]
+        routes = [Route("/health", health, methods=["GET"]), *state_routes(gateway, background)]
         super().__init__(routes=routes, lifespan=lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -215,6 +232,7 @@ class GatewayApp(Starlette):
             _log_line("?", None, 0, 0, "rejected: too_many_streams", started)
             return
         gateway.active += 1
+        passed = False  # a background run took over this admission slot
         try:
             try:
                 body = await read_json_body(receive, scope["headers"], self.max_body_bytes)
@@ -226,12 +244,58 @@ class GatewayApp(Starlette):
                 _log_line("?", None, 0, 0, f"client_error: {exc.code}", started)
                 return
             headers = forwarded_headers(scope["headers"])
-            if body.get("stream") is True:
+            if body.get("background") is True and self.background is not None:
+                queued = await self._queue(body, headers, send, started)
+                if queued is not None:
+                    passed = True
+                    await self._answer_background(queued, body, headers, scope, receive, send, started)
+            elif body.get("stream") is True:
                 await self._streamed(body, headers, receive, send, started)
             else:
                 await self._collected(body, headers, send, started)
         finally:
-            gateway.active -= 1
+            if not passed:
+                gateway.active -= 1
+
+    async def _queue(self, body: Mapping[str, Any], headers: dict[str, str], send: Send, started: float) -> dict[str, Any] | None:
+        """Queue a ``background: true`` request (its run takes over the admission slot); the
+        queued Response, or None when it was refused (the error answered here)."""
+        assert self.background is not None
+        stream = "true" if body.get("stream") is True else "false"
+        try:
+            return await self.background.start(body, headers, tenant_of(headers.get("authorization")))
+        except RespflowError as exc:
+            await send_json(send, error_status(exc), error_payload(exc))
+            _log_line(stream, None, 0, 0, _error_outcome(exc), started)
+        except Exception:
+            log.exception("the gateway failed to queue a background request")
+            await send_json(send, 500, error_body("the gateway failed; see its log", kind="server_error", code="internal_error"))
+            _log_line(stream, None, 0, 0, "error: internal_error", started)
+        return None
+
+    async def _answer_background(
+        self,
+        queued: dict[str, Any],
+        body: Mapping[str, Any],
+        headers: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        started: float,
+    ) -> None:
+        """Not streamed: the queued Response at once. Streamed: the run's frames, followed
+        from its log (a disconnect stops the following, never the run)."""
+        assert self.background is not None
+        rid = str(queued["id"])
+        if body.get("stream") is not True:
+            await send_json(send, 200, queued)
+            _log_line("false", rid, 0, 0, "background: queued", started)
+            return
+        follower = self.background.follow(tenant_of(headers.get("authorization")), rid, -1)
+        try:
+            await sse_response(follower)(scope, receive, send)
+        finally:
+            _log_line("true", rid, 0, 0, "background: followed", started)
 
     async def _collected(self, body: Mapping[str, Any], headers: dict[str, str], send: Send, started: float) -> None:
         response_id = new_response_id()

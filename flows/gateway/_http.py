@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from starlette.responses import StreamingResponse
 from starlette.types import Send
 
 from respflow.operators import RequestError, RespflowError, UpstreamError
@@ -50,3 +52,8 @@ async def send_json(send: Send, status: int, body: Any, headers: list[tuple[byte
         }
     )
     await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    """An SSE answer of ``frames`` (a client that goes away ends it, nothing more)."""
+    return StreamingResponse(frames, headers={"cache-control": "no-cache"}, media_type="text/event-stream")

@@ -126,6 +126,44 @@ def _round_items(graphs: list[Graph], registry: ToolRegistry) -> list[dict[str, 
     return [i for i in (registry.restore_item(item) for _, item in items) if i is not None]
 
 
+def _checked(body: Mapping[str, Any]) -> tuple[str, list[Any], list[Any]]:
+    """A request's model, input items and declared tools, checked."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' is required and must be a string", param="model")
+    input_items = _normalize_input(body.get("input"))
+    declared = body.get("tools") or []
+    if not isinstance(declared, list):
+        raise RequestError("'tools' must be an array", param="tools")
+    return model, input_items, declared
+
+
+def _base(body: Mapping[str, Any], registry: ToolRegistry, resolved: Resolved) -> dict[str, Any]:
+    """The Response fields a request sets (echoed in every snapshot and the final Response)."""
+    base = {
+        key: body[key]
+        for key in ("instructions", "metadata", "temperature", "top_p", "tool_choice", "parallel_tool_calls", "max_output_tokens", "text", "reasoning", "store", "user")
+        if key in body
+    }
+    base["tools"] = registry.public_tools
+    base["store"] = resolved.store
+    if resolved.background:
+        base["background"] = True
+    if resolved.conversation is not None:
+        base["conversation"] = {"id": resolved.conversation}
+    return base
+
+
+class _NoSink:
+    """A sink for a relay used only for its snapshots."""
+
+    async def send(self, data: bytes) -> None:
+        raise RuntimeError("this relay sends nothing")
+
+    async def aclose(self) -> None:
+        pass
+
+
 def final_response(body: dict[str, Any]) -> Response:
     """The Response of a whole request; an upstream field it cannot hold is a typed error."""
     try:
@@ -159,6 +197,8 @@ class Gateway:
         store_ttl: float | None = None,
         max_history_items: int = 10_000,
         max_history_bytes: int = 32 << 20,
+        background_retention: float = 3600.0,
+        background_lease: float = 15.0,
     ) -> None:
         """Args:
             upstream: the upstream's base URL (``http://host:port/v1``).
@@ -175,6 +215,10 @@ class Gateway:
                 or by the caller); None keeps nothing. ``store_ttl``: seconds a row is kept.
             max_history_items, max_history_bytes: the most a continued turn may carry (400
                 past it).
+            background_retention: seconds a background response's event log is kept after
+                it ended (resumable that long). ``background_lease``: seconds a replica's
+                claim on a background run lasts unrenewed (it renews every third of it); a
+                run whose lease ran out is ended ``failed`` by another replica.
             client: the upstream client; its pool must hold ``max_streams`` connections.
             customize: called with each round's fresh `Graph` (splice operators, add
                 ``on_finish`` functions; the latter are applied to the final Response).
@@ -225,6 +269,10 @@ class Gateway:
         self.keepalive_interval = keepalive_interval
         self.client_stall_timeout = client_stall_timeout
         self.customize = customize
+        if background_retention <= 0 or background_lease <= 0:
+            raise ValueError("background_retention and background_lease must be positive")
+        self.background_retention = background_retention
+        self.background_lease = background_lease
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -242,6 +290,20 @@ class Gateway:
                     wanted[tool.function] = tool
         return list(wanted.values())
 
+    def _registry(self, declared: list[Any], functions: list[dict[str, Any]]) -> ToolRegistry:
+        try:
+            return ToolRegistry(declared, gateway_functions=functions, hosted=self._hosted_types, hosted_policy=self.hosted)
+        except RespflowError as exc:
+            raise RequestError(exc.message, param="tools", code=exc.code) from None
+
+    def queued(self, body: Mapping[str, Any], resolved: Resolved, response_id: str) -> dict[str, Any]:
+        """The Response of a background request as it waits to run: the request's checks (model,
+        input, tools) run first, so a bad request is refused before it is queued."""
+        model, _, declared = _checked(body)
+        registry = self._registry(declared, self._declarations)
+        relay = Relay(_NoSink(), response_id=response_id, model=model, previous_response_id=body.get("previous_response_id"))
+        return relay.snapshot(_base(body, registry, resolved), status="queued", output=[])
+
     async def run(
         self,
         body: Mapping[str, Any],
@@ -250,24 +312,26 @@ class Gateway:
         *,
         response_id: str | None = None,
         tenant: str = ANONYMOUS,
+        resolved: Resolved | None = None,
+        turn_input: list[dict[str, Any]] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> tuple[Response, int]:
         """Serve one request; stream to ``sink`` when given. Returns the Response and rounds.
 
         ``tenant`` owns what the request continues and what it stores (a hash of the caller's
-        credential; `respflow.sinks.store.tenant_of`).
+        credential; `respflow.sinks.store.tenant_of`). ``resolved`` and ``turn_input``: the
+        request's state and stored input, when the caller resolved them already (background
+        runs). ``cancelled``: when the run is cancelled and this says True, the stream ends
+        with a cancelled terminal (`Relay.cancel`) before the cancellation goes on.
 
         Raises a `RespflowError`. When the stream had started, the sink already got an
         ``error`` event (after every frame produced before the error).
         """
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise RequestError("'model' is required and must be a string", param="model")
-        input_items = _normalize_input(body.get("input"))
-        declared = body.get("tools") or []
-        if not isinstance(declared, list):
-            raise RequestError("'tools' must be an array", param="tools")
-        resolved = await self.state.resolve(body, tenant)
-        turn_input = [stored_item(i) for i in input_items] if resolved.store else []
+        model, input_items, declared = _checked(body)
+        if resolved is None:
+            resolved = await self.state.resolve(body, tenant)
+        if turn_input is None:
+            turn_input = [stored_item(i) for i in input_items] if resolved.store else []
         response_id = response_id or new_response_id()
         async with AsyncExitStack() as stack:
             mcp_servers = [McpServer(t) for t in declared if isinstance(t, dict) and t.get("type") == "mcp"]
@@ -284,10 +348,7 @@ class Gateway:
                 for tool in wanted:
                     executors[tool.function] = tool.executor(self.tool_timeout)
                     functions.append(tool.declaration())
-            try:
-                registry = ToolRegistry(declared, gateway_functions=functions, hosted=self._hosted_types, hosted_policy=self.hosted)
-            except RespflowError as exc:
-                raise RequestError(exc.message, param="tools", code=exc.code) from None
+            registry = self._registry(declared, functions)
             for kind in registry.dropped:
                 if kind not in self._dropped_logged:
                     self._dropped_logged.add(kind)
@@ -296,15 +357,7 @@ class Gateway:
                         "model and a call to it is a failed tool output (hosted=drop; register a HostedTool to run it)",
                         kind,
                     )
-            base = {
-                key: body[key]
-                for key in ("instructions", "metadata", "temperature", "top_p", "tool_choice", "parallel_tool_calls", "max_output_tokens", "text", "reasoning", "store", "user")
-                if key in body
-            }
-            base["tools"] = registry.public_tools
-            base["store"] = resolved.store
-            if resolved.conversation is not None:
-                base["conversation"] = {"id": resolved.conversation}
+            base = _base(body, registry, resolved)
             input_items = registry.upstream_input(resolved.history + input_items)
             relay = None
             if sink is not None:
@@ -323,6 +376,11 @@ class Gateway:
                 turn = _Turn(body, headers, model, response_id, registry, executors, mcp_servers, relay, base, tenant, resolved, turn_input)
                 return await self._rounds(turn, input_items, public, graphs)
             except RelayError:
+                raise
+            except asyncio.CancelledError:
+                if cancelled is not None and cancelled() and relay is not None and not relay.finished:
+                    with contextlib.suppress(RespflowError, OSError):
+                        await relay.cancel(output=public + _round_items(graphs, registry))
                 raise
             except Exception as exc:
                 # a bug (not a RespflowError) still ends the stream: an error event, then a

@@ -6,7 +6,9 @@ an id that does not exist gets. Ids are checked before they reach a query (a mal
 
 | route | answer |
 |---|---|
-| ``GET /v1/responses/{id}`` | the stored Response |
+| ``GET /v1/responses/{id}`` | the stored Response (a background one that runs: as it is so far) |
+| ``GET /v1/responses/{id}?stream=true&starting_after=N`` | a background response's events after ``N`` (default: all), then the live ones |
+| ``POST /v1/responses/{id}/cancel`` | cancel a background response wherever it runs; the Response (idempotent) |
 | ``DELETE /v1/responses/{id}`` | ``{"id", "object": "response", "deleted": true}`` |
 | ``GET /v1/responses/{id}/input_items`` | a cursor page (``after``, ``limit`` 1 to 100, ``order`` asc/desc, default desc) of the turn's input items |
 | ``POST /v1/conversations`` | a new conversation (``items``, ``metadata``) |
@@ -27,7 +29,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from respflow.flows.gateway._http import error_payload, error_status
+from respflow.flows.gateway._background import Background
+from respflow.flows.gateway._http import error_payload, error_status, sse_response
 from respflow.flows.gateway._rounds import Gateway
 from respflow.flows.gateway._state import StateError, not_found, stored_item
 from respflow.operators import RequestError, RespflowError
@@ -95,10 +98,22 @@ def _items(body: dict[str, Any], limit: int = 20) -> list[dict[str, Any]]:
     return [stored_item(i) for i in items]
 
 
-def state_routes(gateway: Gateway) -> list[Route]:
+def _starting_after(request: Request) -> int:
+    raw = request.query_params.get("starting_after")
+    if raw is None:
+        return -1
+    if not raw.isdigit() or len(raw) > 18:
+        raise RequestError("'starting_after' must be a non-negative integer (a sequence number)", param="starting_after")
+    return int(raw)
+
+
+def state_routes(gateway: Gateway, background: Background | None = None) -> list[Route]:
     """The routes, or none when the gateway keeps no state."""
     if gateway.store is None:
         return []
+    if background is None:
+        background = Background(gateway, gateway.store)
+    runs: Background = background
     store: Store = gateway.store
 
     def endpoint(fn: Callable[[Request, str], Awaitable[Response]]) -> Handler:
@@ -118,10 +133,39 @@ def state_routes(gateway: Gateway) -> list[Route]:
 
     async def get_response(request: Request, tenant: str) -> Response:
         rid = request.path_params["response_id"]
+        stream = request.query_params.get("stream", "false")
+        if stream not in ("true", "false"):
+            raise RequestError("'stream' must be true or false", param="stream")
+        after = _starting_after(request)
         stored = await store.get_response(tenant, rid)
         if stored is None:
             raise not_found("Response", rid, "response_id")
-        return JSONResponse(stored.body)
+        if stream == "false":
+            return JSONResponse(await runs.so_far(tenant, stored))
+        if not stored.background:
+            raise RequestError(
+                "only a background response can be streamed again (this one was not created with 'background': true)",
+                param="stream",
+            )
+        if not stored.running and not await store.events_after(tenant, rid, -1):
+            raise RequestError(
+                f"the events of {rid} are no longer kept (they are kept {gateway.background_retention:g} s after it ended)",
+                param="response_id",
+                code="events_expired",
+            )
+        return sse_response(runs.follow(tenant, rid, after))
+
+    async def cancel_response(request: Request, tenant: str) -> Response:
+        rid = request.path_params["response_id"]
+        stored = await store.get_response(tenant, rid)
+        if stored is None:
+            raise not_found("Response", rid, "response_id")
+        if not stored.background:
+            raise RequestError("only a background response can be cancelled", param="response_id")
+        ended = await runs.cancel(tenant, rid)
+        if ended is None:
+            raise not_found("Response", rid, "response_id")
+        return JSONResponse(await runs.so_far(tenant, ended))
 
     async def delete_response(request: Request, tenant: str) -> Response:
         rid = request.path_params["response_id"]
@@ -204,6 +248,7 @@ def state_routes(gateway: Gateway) -> list[Route]:
         Route("/v1/responses/{response_id}", endpoint(get_response), methods=["GET"]),
         Route("/v1/responses/{response_id}", endpoint(delete_response), methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", endpoint(input_items), methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", endpoint(cancel_response), methods=["POST"]),
         Route("/v1/conversations", endpoint(create_conversation), methods=["POST"]),
         Route("/v1/conversations/{conversation_id}", endpoint(get_conversation), methods=["GET"]),
         Route("/v1/conversations/{conversation_id}", endpoint(update_conversation), methods=["POST"]),

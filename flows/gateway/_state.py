@@ -81,6 +81,7 @@ class Resolved:
     previous_response_id: str | None = None
     conversation: str | None = None
     store: bool = True
+    background: bool = False
 
 
 class State:
@@ -110,6 +111,18 @@ class State:
         want = body.get("store", True)
         if not isinstance(want, bool):
             raise RequestError("'store' must be a boolean", param="store")
+        background = body.get("background", False)
+        if background is None:
+            background = False
+        if not isinstance(background, bool):
+            raise RequestError("'background' must be a boolean", param="background")
+        if background and not want:
+            raise RequestError("a background response is stored: 'background': true needs 'store' true", param="background")
+        if background and self.store is None:
+            raise RequestError(
+                "this gateway keeps no state (it runs with --store none): background responses are not available",
+                param="background",
+            )
         previous = body.get("previous_response_id")
         conversation = body.get("conversation")
         if isinstance(conversation, dict):
@@ -121,7 +134,7 @@ class State:
                 "'previous_response_id' and 'conversation' cannot both be given: a turn continues one or the other",
                 param="previous_response_id",
             )
-        resolved = Resolved(store=want and self.store is not None)
+        resolved = Resolved(store=want and self.store is not None, background=background)
         if previous is None and conversation is None:
             return resolved
         if self.store is None:
@@ -191,7 +204,7 @@ class State:
             body=response,
             input_ids=input_ids,
             context=resolved.context + input_ids + output_ids,
-            background=background,
+            background=background or resolved.background,
             created_at=int(response.get("created_at") or time.time()),
         )
         try:

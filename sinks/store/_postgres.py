@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -58,6 +58,7 @@ class PostgresStore(SqlStore):
         self.where = re.sub(r"//[^@/]*@", "//", dsn)  # never log the credentials
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._min, self._max = min_size, max_size
+        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
 
     async def open(self) -> None:
         try:
@@ -69,6 +70,10 @@ class PostgresStore(SqlStore):
             await self._migrate(db)
 
     async def aclose(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -109,3 +114,33 @@ class PostgresStore(SqlStore):
             raise StoreError(f"the PostgreSQL store failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         finally:
             await self.pool.release(connection)
+
+    # -- background runs: NOTIFY wakes readers and owners on other replicas --------------------
+
+    _APPEND_NOTIFY = (
+        "WITH logged AS (" + SqlStore._APPEND + ") SELECT pg_notify('respflow_events', CAST(? AS TEXT)) FROM logged"
+    )
+
+    async def append_events(self, tenant: str, response_id: str, owner: str, first: int, last: int, frames: str) -> bool:
+        """One statement: the batch, and a notification for readers elsewhere (sent when the
+        write commits; a notification that gets lost costs latency, never an event)."""
+        async with self.read() as db:
+            rows = await db.fetch(self._APPEND_NOTIFY, tenant, response_id, first, last, frames, tenant, response_id, owner, response_id)
+        return bool(rows)
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        async with self.read() as db:
+            await db.execute("SELECT pg_notify(CAST(? AS TEXT), CAST(? AS TEXT))", channel, payload)
+
+    async def listen(self, on_event: Callable[[str], None], on_cancel: Callable[[str], None]) -> bool:
+        """LISTEN on a connection of its own (outside the pool); call again after it was lost."""
+        if self._listener is not None and not self._listener.is_closed():
+            return True
+        try:
+            listener = await asyncpg.connect(self.dsn)
+            await listener.add_listener("respflow_events", lambda _c, _p, _ch, payload: on_event(payload))
+            await listener.add_listener("respflow_cancel", lambda _c, _p, _ch, payload: on_cancel(payload))
+        except Exception as exc:
+            raise StoreError(f"the PostgreSQL store cannot LISTEN: {type(exc).__name__}") from None
+        self._listener = listener
+        return True

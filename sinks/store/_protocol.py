@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +53,9 @@ class StoredResponse:
     """Ordered ids of every item up to and including this response's output."""
     background: bool = False
     created_at: int = field(default_factory=lambda: int(time.time()))
+    status: str = "completed"
+    running: bool = False
+    """A background response some replica is still producing (it has an owner)."""
 
 
 @dataclass
@@ -128,6 +132,49 @@ class Store(Protocol):
         """Append items (stored once) to a conversation; False if it does not exist."""
 
     async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool: ...
+
+    # -- background runs ---------------------------------------------------------------------
+    # A background response's row has an ``owner`` (the replica producing it) while it runs;
+    # the owner renews its lease, appends the frames it relays (only while it still owns the
+    # row), and clears the owner when it ends. A row whose lease ran out can be claimed.
+
+    async def start_background(
+        self, tenant: str, response: StoredResponse, items: list[dict[str, Any]], *, owner: str, lease_until: float, ttl: float | None = None
+    ) -> None:
+        """Keep a background response as it starts (its input ``items`` too), owned by ``owner``."""
+
+    async def append_events(self, tenant: str, response_id: str, owner: str, first: int, last: int, frames: str) -> bool:
+        """Log one relayed batch (frames ``first``..``last``) in one write; False: ``owner``
+        does not own the response (any more), nothing written. Wakes other processes' readers."""
+
+    async def events_after(self, tenant: str, response_id: str, after: int) -> list[tuple[int, int, str]]:
+        """The logged batches holding frames after ``after``: ``(first, last, frames)`` in order."""
+
+    async def update_body(self, tenant: str, response_id: str, owner: str, body: dict[str, Any]) -> bool:
+        """Replace the Response snapshot (and status) of a response ``owner`` runs."""
+
+    async def finish_background(self, tenant: str, response_id: str, owner: str, retention: float) -> None:
+        """``owner`` is done with it: clear the owner; its log expires after ``retention`` s."""
+
+    async def renew_leases(self, owner: str, until: float) -> list[str]:
+        """Extend every lease ``owner`` holds; the ids it still owns."""
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        """The responses ``owner`` runs that someone asked to cancel."""
+
+    async def request_cancel(self, tenant: str, response_id: str) -> StoredResponse | None:
+        """Ask the owner of a running background response to cancel it; the response as it
+        was (None: not found)."""
+
+    async def abandoned(self, now: float) -> list[tuple[str, str]]:
+        """``(tenant, id)`` of running responses whose lease ran out before ``now``."""
+
+    async def claim(self, tenant: str, response_id: str, owner: str, now: float, lease_until: float) -> bool:
+        """Take over a response whose lease ran out (atomically: one claimer wins)."""
+
+    async def listen(self, on_event: Callable[[str], None], on_cancel: Callable[[str], None]) -> bool:
+        """Be told when another process logged events of, or asked to cancel, a response
+        (False: no such notifications here; readers poll)."""
 
     # -- housekeeping ------------------------------------------------------------------------
 

@@ -9,6 +9,10 @@ Tables (every row keyed by tenant first):
 | ``responses`` | the final Response, the turn's input ids, its ``context`` (ordered ids) |
 | ``conversations`` | metadata, and the next free item position |
 | ``conversation_items`` | ``(tenant, conversation, position) → item id`` |
+| ``events`` | a background response's client-bound frames, one row per relayed batch: ``(tenant, response, first_seq) → last_seq, frames`` |
+
+A background response's row also holds its ``status``, the replica that runs it (``owner``,
+cleared when it ends), the owner's ``lease_until`` and ``cancel_requested``.
 
 Bodies and id lists are JSON text (orjson): both databases store and return them as they are,
 and nothing queries inside them. SQL is written with ``?`` placeholders; the PostgreSQL driver
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -45,8 +49,24 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX IF NOT EXISTS conversations_expiry ON conversations (expires_at)",
         ],
     ),
+    (
+        2,
+        [
+            "ALTER TABLE responses ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'",
+            "ALTER TABLE responses ADD COLUMN owner TEXT",
+            "ALTER TABLE responses ADD COLUMN lease_until DOUBLE PRECISION",
+            "ALTER TABLE responses ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX IF NOT EXISTS responses_owner ON responses (owner)",
+            "CREATE TABLE IF NOT EXISTS events (tenant TEXT NOT NULL, response_id TEXT NOT NULL, first_seq BIGINT NOT NULL, "
+            "last_seq BIGINT NOT NULL, frames TEXT NOT NULL, expires_at DOUBLE PRECISION, PRIMARY KEY (tenant, response_id, first_seq))",
+            "CREATE INDEX IF NOT EXISTS events_expiry ON events (expires_at)",
+        ],
+    ),
 ]
 """Schema migrations, in order: ``(version, statements)``. Add a version; never edit one."""
+
+RUNNING = ("queued", "in_progress")
+"""The statuses of a response that has not ended."""
 
 
 class Connection(Protocol):
@@ -107,9 +127,10 @@ class SqlStore:
         async with self.transaction() as db:
             await self._put_items(db, tenant, items, expires)
             await db.execute(
-                "INSERT INTO responses (tenant, id, body, input_ids, context, background, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, id) DO UPDATE SET body = excluded.body, "
-                "input_ids = excluded.input_ids, context = excluded.context, expires_at = excluded.expires_at",
+                "INSERT INTO responses (tenant, id, body, input_ids, context, background, created_at, expires_at, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, id) DO UPDATE SET body = excluded.body, "
+                "input_ids = excluded.input_ids, context = excluded.context, expires_at = excluded.expires_at, "
+                "status = excluded.status",
                 tenant,
                 response.id,
                 orjson.dumps(response.body).decode(),
@@ -118,6 +139,7 @@ class SqlStore:
                 1 if response.background else 0,
                 response.created_at,
                 expires,
+                str(response.body.get("status") or "completed"),
             )
             if conversation is not None and conversation_items:
                 await self._append(db, tenant, conversation, conversation_items)
@@ -125,7 +147,7 @@ class SqlStore:
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         async with self.read() as db:
             rows = await db.fetch(
-                "SELECT body, input_ids, context, background, created_at FROM responses WHERE tenant = ? AND id = ? "
+                "SELECT body, input_ids, context, background, created_at, status, owner FROM responses WHERE tenant = ? AND id = ? "
                 "AND (expires_at IS NULL OR expires_at > ?)",
                 tenant,
                 response_id,
@@ -133,8 +155,17 @@ class SqlStore:
             )
         if not rows:
             return None
-        body, input_ids, context, background, created_at = rows[0]
-        return StoredResponse(response_id, orjson.loads(body), orjson.loads(input_ids), orjson.loads(context), bool(background), int(created_at))
+        body, input_ids, context, background, created_at, status, owner = rows[0]
+        return StoredResponse(
+            response_id,
+            orjson.loads(body),
+            orjson.loads(input_ids),
+            orjson.loads(context),
+            bool(background),
+            int(created_at),
+            status=str(status),
+            running=owner is not None,
+        )
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
         async with self.transaction() as db:
@@ -142,6 +173,7 @@ class SqlStore:
             if not rows:
                 return False
             await db.execute("DELETE FROM responses WHERE tenant = ? AND id = ?", tenant, response_id)
+            await db.execute("DELETE FROM events WHERE tenant = ? AND response_id = ?", tenant, response_id)
         return True
 
     async def items(self, tenant: str, ids: list[str]) -> list[dict[str, Any]]:
@@ -252,13 +284,129 @@ class SqlStore:
             )
         return True
 
+    # -- background runs ---------------------------------------------------------------------
+
+    async def start_background(
+        self, tenant: str, response: StoredResponse, items: list[dict[str, Any]], *, owner: str, lease_until: float, ttl: float | None = None
+    ) -> None:
+        expires = time.time() + ttl if ttl else None
+        async with self.transaction() as db:
+            await self._put_items(db, tenant, items, expires)
+            await db.execute(
+                "INSERT INTO responses (tenant, id, body, input_ids, context, background, created_at, expires_at, status, owner, "
+                "lease_until) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                tenant,
+                response.id,
+                orjson.dumps(response.body).decode(),
+                orjson.dumps(response.input_ids).decode(),
+                orjson.dumps(response.context).decode(),
+                response.created_at,
+                expires,
+                str(response.body.get("status") or "queued"),
+                owner,
+                lease_until,
+            )
+
+    _APPEND = (
+        "INSERT INTO events (tenant, response_id, first_seq, last_seq, frames) SELECT ?, ?, CAST(? AS BIGINT), CAST(? AS BIGINT), ? "
+        "WHERE EXISTS (SELECT 1 FROM responses WHERE tenant = ? AND id = ? AND owner = ?) RETURNING first_seq"
+    )
+
+    async def append_events(self, tenant: str, response_id: str, owner: str, first: int, last: int, frames: str) -> bool:
+        async with self.read() as db:
+            rows = await db.fetch(self._APPEND, tenant, response_id, first, last, frames, tenant, response_id, owner)
+        return bool(rows)
+
+    async def events_after(self, tenant: str, response_id: str, after: int) -> list[tuple[int, int, str]]:
+        async with self.read() as db:
+            rows = await db.fetch(
+                "SELECT first_seq, last_seq, frames FROM events WHERE tenant = ? AND response_id = ? AND last_seq > ? ORDER BY first_seq",
+                tenant,
+                response_id,
+                after,
+            )
+        return [(int(a), int(b), str(f)) for a, b, f in rows]
+
+    async def update_body(self, tenant: str, response_id: str, owner: str, body: dict[str, Any]) -> bool:
+        async with self.read() as db:
+            rows = await db.fetch(
+                "UPDATE responses SET body = ?, status = ? WHERE tenant = ? AND id = ? AND owner = ? RETURNING id",
+                orjson.dumps(body).decode(),
+                str(body.get("status") or "failed"),
+                tenant,
+                response_id,
+                owner,
+            )
+        return bool(rows)
+
+    async def finish_background(self, tenant: str, response_id: str, owner: str, retention: float) -> None:
+        async with self.transaction() as db:
+            rows = await db.fetch(
+                "UPDATE responses SET owner = NULL, lease_until = NULL WHERE tenant = ? AND id = ? AND owner = ? RETURNING id",
+                tenant,
+                response_id,
+                owner,
+            )
+            if rows:
+                await db.execute(
+                    "UPDATE events SET expires_at = ? WHERE tenant = ? AND response_id = ?", time.time() + retention, tenant, response_id
+                )
+
+    async def renew_leases(self, owner: str, until: float) -> list[str]:
+        async with self.read() as db:
+            rows = await db.fetch("UPDATE responses SET lease_until = ? WHERE owner = ? RETURNING id", until, owner)
+        return [str(r[0]) for r in rows]
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        async with self.read() as db:
+            rows = await db.fetch("SELECT id FROM responses WHERE owner = ? AND cancel_requested = 1", owner)
+        return [str(r[0]) for r in rows]
+
+    async def request_cancel(self, tenant: str, response_id: str) -> StoredResponse | None:
+        stored = await self.get_response(tenant, response_id)
+        if stored is None or not stored.background or not stored.running:
+            return stored
+        async with self.read() as db:
+            await db.execute(
+                "UPDATE responses SET cancel_requested = 1 WHERE tenant = ? AND id = ? AND owner IS NOT NULL", tenant, response_id
+            )
+        await self._notify("respflow_cancel", response_id)
+        return stored
+
+    async def abandoned(self, now: float) -> list[tuple[str, str]]:
+        async with self.read() as db:
+            rows = await db.fetch("SELECT tenant, id FROM responses WHERE owner IS NOT NULL AND lease_until < ?", now)
+        return [(str(t), str(i)) for t, i in rows]
+
+    async def claim(self, tenant: str, response_id: str, owner: str, now: float, lease_until: float) -> bool:
+        async with self.read() as db:
+            rows = await db.fetch(
+                "UPDATE responses SET owner = ?, lease_until = ? WHERE tenant = ? AND id = ? AND owner IS NOT NULL "
+                "AND lease_until < ? RETURNING id",
+                owner,
+                lease_until,
+                tenant,
+                response_id,
+                now,
+            )
+        return bool(rows)
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        """Wake other processes' readers (PostgreSQL's NOTIFY; nothing on SQLite: one process)."""
+
+    async def listen(self, on_event: Callable[[str], None], on_cancel: Callable[[str], None]) -> bool:
+        """Call ``on_event(response_id)`` when another process logged events of a response,
+        ``on_cancel(response_id)`` when one asked to cancel it. False: this store has no such
+        notifications (readers poll)."""
+        return False
+
     # -- housekeeping ------------------------------------------------------------------------
 
     async def purge_expired(self) -> int:
         now = time.time()
         removed = 0
         async with self.transaction() as db:
-            for table in ("responses", "items", "conversations"):
+            for table in ("responses", "items", "conversations", "events"):
                 rows = await db.fetch(f"SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at < ?", now)
                 removed += int(rows[0][0])
                 await db.execute(f"DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at < ?", now)
