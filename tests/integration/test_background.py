@@ -284,3 +284,47 @@ def test_background_needs_a_store() -> None:
         pytest.raises(openai.BadRequestError, match="background"),
     ):
         c.responses.create(model="m", input="x", background=True)
+
+
+def test_gateway_tools_run_in_background_and_a_cancel_stops_them() -> None:
+    """Rounds and gateway tools apply to a background run; a cancel while a tool runs cancels
+    the tool and ends the response ``cancelled``."""
+    import asyncio
+
+    from respflow.flows import GatewayTool, simulator_app
+
+    state: dict[str, Any] = {"slow": False, "started": False, "cancelled": False}
+
+    async def add(args: dict[str, Any]) -> str:
+        if state["slow"]:
+            state["started"] = True
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                state["cancelled"] = True
+                raise
+        return str(sum(args["numbers"]))
+
+    numbers = {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "number"}}}, "required": ["numbers"]}
+    tool = GatewayTool("add_numbers", add, "Add numbers.", numbers)
+    with (
+        tempfile.TemporaryDirectory() as d,
+        serve(simulator_app(pace=0.0)) as up,
+        serve(gateway_app(Gateway(up, tools=[tool], store=store_for(f"sqlite:///{d}/s.db")))) as gw,
+        client(gw) as c,
+    ):
+        made = c.responses.create(model="m", input="add_numbers 2 and 40", background=True)
+        events = list(c.responses.retrieve(made.id, stream=True))
+        assert events[-1].type == "response.completed"
+        final = c.responses.retrieve(made.id)
+        assert [i.type for i in final.output] == ["mcp_call", "message"] and "42" in final.output_text
+        state["slow"] = True
+        slow = c.responses.create(model="m", input="add_numbers 1 and 2", background=True)
+        reader = c.responses.retrieve(slow.id, stream=True)
+        wait_for(lambda: state["started"], 10, "the tool to run")
+        asked = time.monotonic()
+        assert c.responses.cancel(slow.id).status == "cancelled"
+        assert state["cancelled"] and time.monotonic() - asked < 2
+        events = list(reader)
+        assert events[-1].type == "response.failed" and events[-1].response.status == "cancelled"
+        assert seqs(events) == list(range(len(events)))
