@@ -385,3 +385,143 @@ def format_soak(result: dict[str, Any]) -> str:
         f"{result['total']} streams, {result['concurrency']} at a time, {result['seconds']} s — {seen}\n"
         f"threads {b['threads']} → {a['threads']}, fds {b['fds']} → {a['fds']}, RSS {b['rss_mib']} → {a['rss_mib']} MiB"
     )
+
+
+# -- background streams (--background) -----------------------------------------------------------
+
+
+def postgres_cpu() -> float:
+    """CPU seconds of every ``postgres`` process here (the benchmark's throwaway cluster is the
+    only PostgreSQL this machine runs)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1 : stat.rindex(")")] != "postgres":
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total
+
+
+def _swarm_with(url: str, streams: int, rate: float, events: int, options: Sequence[str]) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "respflow.flows._loadgen", "swarm", url, str(streams), str(rate), str(events), *options],
+        capture_output=True,
+        check=True,
+        timeout=600,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return result
+
+
+@contextlib.contextmanager
+def _background_stores(pg: str | None, progress: Callable[[str], None]) -> Iterator[list[tuple[str, str]]]:
+    import tempfile
+
+    from respflow.flows._pgcluster import ClusterUnavailable, cluster
+
+    with tempfile.TemporaryDirectory() as d:
+        stores = [("sqlite", f"sqlite:///{d}/bench.db")]
+        if pg is not None:
+            yield [*stores, ("postgresql", pg)]
+            return
+        try:
+            with cluster(durable=True) as dsn:
+                progress("started a throwaway PostgreSQL cluster (default, durable commit settings)")
+                yield [*stores, ("postgresql", dsn)]
+        except ClusterUnavailable as exc:
+            progress(f"PostgreSQL skipped: {exc}")
+            yield stores
+
+
+def run_background_bench(
+    *,
+    streams: int = 100,
+    rate: float = 20.0,
+    events: int = 100,
+    rounds: int = 3,
+    resume_after: int = 20,
+    pg: str | None = None,
+    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict[str, Any]]:
+    """Background streams vs plain ones through one ``respflow serve`` per store, same run.
+
+    Per store and round: the swarm straight at the upstream (direct latency), then plain
+    streams (``store`` on), then background streams (every frame logged), then background
+    streams cut after ``resume_after`` deltas and resumed with ``starting_after``. CPU per event
+    is the gateway's process tree (and, on PostgreSQL, the server's processes, apart)."""
+    rows: list[dict[str, Any]] = []
+    with _background_stores(pg, progress) as stores:
+        for backend, url in stores:
+            up_port, gw_port = free_port(), free_port()
+            with _processes() as procs:
+                upstream = _spawn(["-m", "respflow.flows._loadgen", "upstream", str(up_port)])
+                procs.append(upstream)
+                wait_port(up_port, upstream)
+                gateway = _spawn(_serve_args(up_port, gw_port, 1, ["--store", url]))
+                procs.append(gateway)
+                wait_port(gw_port, gateway)
+                direct = f"http://127.0.0.1:{up_port}/v1/responses"
+                target = f"http://127.0.0.1:{gw_port}/v1/responses"
+                modes = {"plain": [], "background": ["background=1"], "background, cut + resumed": ["background=1", f"resume={resume_after}"]}
+                runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+                directs: list[dict[str, Any]] = []
+                _swarm_with(target, 20, 50.0, 20, ["background=1"])  # warm up
+                for r in range(rounds):
+                    directs.append(_swarm(direct, streams, rate, events))
+                    for mode, options in modes.items():
+                        progress(f"  {backend}: {streams} streams, round {r + 1}/{rounds}: {mode}")
+                        cpu0, db0 = tree_cpu(gateway.pid), postgres_cpu()
+                        stats = _swarm_with(target, streams, rate, events, options)
+                        cpu1, db1 = tree_cpu(gateway.pid), postgres_cpu()
+                        received = stats["events"] or 1
+                        stats["cpu_us_per_event"] = 1e6 * (cpu1 - cpu0) / received
+                        stats["db_us_per_event"] = 1e6 * (db1 - db0) / received if backend == "postgresql" else None
+                        runs[mode].append(stats)
+                plain_cpu = _median([s["cpu_us_per_event"] for s in runs["plain"]])
+                for mode, mode_runs in runs.items():
+                    cpu = _median([s["cpu_us_per_event"] for s in mode_runs])
+                    added99 = [s["p99_ms"] - d["p99_ms"] for s, d in zip(mode_runs, directs, strict=True) if s["p99_ms"] is not None and d["p99_ms"] is not None]
+                    added50 = [s["p50_ms"] - d["p50_ms"] for s, d in zip(mode_runs, directs, strict=True) if s["p50_ms"] is not None and d["p50_ms"] is not None]
+                    rows.append(
+                        {
+                            "store": backend,
+                            "mode": mode,
+                            "streams": streams,
+                            "events": sum(s["events"] for s in mode_runs),
+                            "errors": sum(s["errors"] for s in mode_runs),
+                            "first_error": next((s["first_error"] for s in mode_runs if s["first_error"]), None),
+                            "cpu_us_per_event": cpu,
+                            "cpu_x_plain": round(cpu / plain_cpu, 2) if cpu is not None and plain_cpu else None,
+                            "db_us_per_event": _median([s["db_us_per_event"] for s in mode_runs]),
+                            "added_p50_ms": _median(list(added50)),
+                            "added_p99_ms": _median(list(added99)),
+                            "resume_p50_ms": _median([s.get("resume_p50_ms") for s in mode_runs]),
+                            "resume_p99_ms": _median([s.get("resume_p99_ms") for s in mode_runs]),
+                            "rounds": rounds,
+                        }
+                    )
+    return rows
+
+
+def format_background(rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, fmt: str = ".2f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    out = [
+        f"{'store':10} {'mode':26} {'events':>7} {'err':>4} {'CPU µs/ev':>10} {'x plain':>8} {'db µs/ev':>9} "
+        f"{'+p50 ms':>8} {'+p99 ms':>8} {'resume p50':>10} {'resume p99':>10}"
+    ]
+    for r in rows:
+        out.append(
+            f"{r['store']:10} {r['mode']:26} {r['events']:>7} {r['errors']:>4} {f(r['cpu_us_per_event'], '.1f'):>10} "
+            f"{f(r['cpu_x_plain']):>8} {f(r['db_us_per_event'], '.1f'):>9} {f(r['added_p50_ms']):>8} {f(r['added_p99_ms']):>8} "
+            f"{f(r['resume_p50_ms']):>10} {f(r['resume_p99_ms']):>10}"
+        )
+    return "\n".join(out)

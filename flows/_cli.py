@@ -139,12 +139,17 @@ def _parser() -> argparse.ArgumentParser:
         "--soak", action="store_true", help="--serve: 2,000 streams (200 at a time, some abandoned, some cut): leaks?"
     )
     bench.add_argument(
+        "--background",
+        action="store_true",
+        help="--serve: background streams (every event logged) vs plain ones at 100 streams on SQLite and PostgreSQL; resume latency",
+    )
+    bench.add_argument(
         "--store",
         action="store_true",
         help="the storage benchmark instead: persist + rehydrate on SQLite and PostgreSQL, and what storing adds",
     )
     bench.add_argument(
-        "--pg", default=None, metavar="URL", help="--store: measure this PostgreSQL (default: a throwaway local cluster)"
+        "--pg", default=None, metavar="URL", help="--store, --serve --background: measure this PostgreSQL (default: a throwaway local cluster)"
     )
     return parser
 
@@ -256,6 +261,22 @@ def _bench_serve(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(orjson.dumps({"soak": soak}, option=orjson.OPT_INDENT_2) + b"\n")
         else:
             print(format_soak(soak))
+        return 0
+    if args.background:
+        from respflow.flows._bench_serve import format_background, run_background_bench
+
+        count = int(args.streams.split(",")[0]) if args.streams != "100,200,500" else 100
+        rounds, events = (1, 40) if args.quick else (args.rounds, args.events)
+        print(
+            f"respflow bench --serve --background: {count} streams, {args.rate:g} events/s x {events}, {rounds} round(s); "
+            "background vs plain streams through one respflow serve per store",
+            file=sys.stderr,
+        )
+        rows = run_background_bench(streams=count, rate=args.rate, events=events, rounds=rounds, pg=args.pg)
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps({"background": rows}, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(format_background(rows))
         return 0
     if args.capacity:
         print("respflow bench --serve --capacity: streams held at added p99 ≤ 50 ms", file=sys.stderr)

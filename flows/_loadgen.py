@@ -9,7 +9,10 @@
   events received, errors (a stream that ends without a terminal event is one).
 
 ``python -m respflow.flows._loadgen upstream PORT | pipe UPSTREAM_PORT PORT |
-swarm URL N RATE EVENTS`` runs one of them (the swarm prints one JSON line).
+swarm URL N RATE EVENTS [background=1] [resume=K]`` runs one of them (the swarm prints one
+JSON line; ``background=1`` sends ``background: true``; ``resume=K`` cuts each stream after K
+deltas and resumes it with ``GET …/responses/{id}?stream=true&starting_after=N``, reporting the
+reconnect → first replayed event time).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -201,43 +206,113 @@ def forward_proxy(upstream_port: int, port: int) -> None:
 _TERMINAL_MARKS = (b"response.completed", b"response.failed", b"response.incomplete")
 
 
-async def _one(
-    host: str, port: int, path: str, rate: float, events: int, latencies: list[float], errors: list[str], abandon_after: int | None
-) -> None:
-    try:
-        reader, writer = await asyncio.open_connection(host, port)
-        body = json.dumps({"model": "m", "input": "x", "stream": True, "metadata": {"rate": rate, "events": events}}).encode()
-        writer.write(
-            b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (path.encode(), host.encode(), len(body), body)
-        )
-        await writer.drain()
-        buffer = b""
+@dataclass
+class _Stream:
+    """What one client stream saw, for a background stream cut and resumed."""
+
+    response_id: str | None = None
+    last_seq: int = -1
+
+
+_SEQ = re.compile(rb'"sequence_number":(\d+)')
+
+
+async def _read_stream(
+    reader: asyncio.StreamReader,
+    latencies: list[float],
+    state: _Stream,
+    *,
+    abandon_after: int | None = None,
+    first_event: list[float] | None = None,
+) -> str:
+    """Read an SSE answer: ``ended``, ``abandoned`` (after ``abandon_after`` deltas) or
+    ``cut`` (the connection closed before a terminal). Records each delta's latency, the
+    response id and the last sequence number, and (``first_event``) when the first frame came."""
+    buffer = b""
+    seen = 0
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            return "cut"
+        now = time.time()
+        buffer += chunk
+        lines = buffer.split(b"\n")
+        buffer = lines.pop()
         ended = False
-        seen = 0
-        while not ended:
-            chunk = await reader.read(65536)
-            if not chunk:
-                break
-            now = time.time()
-            buffer += chunk
-            lines = buffer.split(b"\n")
-            buffer = lines.pop()
-            for line in lines:
-                if line.startswith(b"data:") and b"output_text.delta" in line:
+        for line in lines:
+            if line.startswith(b"data:"):
+                if first_event is not None and not first_event:
+                    first_event.append(time.monotonic())
+                seq = _SEQ.search(line)
+                if seq is not None:
+                    number = int(seq.group(1))
+                    if number != state.last_seq + 1 and state.response_id is not None:
+                        raise RuntimeError(f"event {number} after {state.last_seq}")
+                    state.last_seq = number
+                if state.response_id is None:
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        state.response_id = str(json.loads(line[5:])["response"]["id"])
+                if b"output_text.delta" in line:
                     i = line.find(b"<")
                     j = line.find(b">", i)
                     if 0 <= i < j:
                         with contextlib.suppress(ValueError):
                             latencies.append(now - float(line[i + 1 : j]))
                             seen += 1
-                elif line.startswith(b"event:") and any(m in line for m in _TERMINAL_MARKS):
-                    ended = True
-            if abandon_after is not None and seen >= abandon_after:
-                writer.close()
-                return
+            elif line.startswith(b"event:") and any(m in line for m in _TERMINAL_MARKS):
+                ended = True
+        if ended:
+            return "ended"
+        if abandon_after is not None and seen >= abandon_after:
+            return "abandoned"
+
+
+async def _one(
+    host: str,
+    port: int,
+    path: str,
+    rate: float,
+    events: int,
+    latencies: list[float],
+    errors: list[str],
+    abandon_after: int | None,
+    *,
+    background: bool = False,
+    resume_after: int | None = None,
+    resumes: list[float] | None = None,
+) -> None:
+    """One stream. ``background``: a ``background: true`` request; ``resume_after``: cut it
+    after that many deltas and resume it (GET …?stream=true&starting_after=N), recording the
+    reconnect → first replayed event time in ``resumes``."""
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        request: dict[str, Any] = {"model": "m", "input": "x", "stream": True, "metadata": {"rate": rate, "events": events}}
+        if background:
+            request["background"] = True
+        body = json.dumps(request).encode()
+        writer.write(
+            b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (path.encode(), host.encode(), len(body), body)
+        )
+        await writer.drain()
+        state = _Stream()
+        cut = resume_after if resume_after is not None else abandon_after
+        outcome = await _read_stream(reader, latencies, state, abandon_after=cut)
         writer.close()
-        if not ended:
+        if outcome == "abandoned" and resume_after is not None and resumes is not None:
+            started = time.monotonic()
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(
+                b"GET %s/%s?stream=true&starting_after=%d HTTP/1.1\r\nhost: %s\r\n\r\n"
+                % (path.encode(), str(state.response_id).encode(), state.last_seq, host.encode())
+            )
+            await writer.drain()
+            first: list[float] = []
+            outcome = await _read_stream(reader, latencies, state, first_event=first)
+            writer.close()
+            if first:
+                resumes.append(first[0] - started)
+        if outcome == "cut":
             errors.append("stream ended without a terminal event")
     except Exception as exc:  # the benchmark counts failures
         errors.append(repr(exc)[:200])
@@ -297,21 +372,53 @@ def quantile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def swarm(url: str, streams: int, rate: float, events: int, *, abandon_after: int | None = None) -> dict[str, Any]:
+async def swarm(
+    url: str,
+    streams: int,
+    rate: float,
+    events: int,
+    *,
+    abandon_after: int | None = None,
+    background: bool = False,
+    resume_after: int | None = None,
+) -> dict[str, Any]:
     """Open ``streams`` concurrent streams against ``url`` (…/v1/responses); their statistics."""
     hostport, _, path = url.removeprefix("http://").partition("/")
     host, _, port = hostport.partition(":")
     latencies: list[float] = []
     errors: list[str] = []
+    resumes: list[float] = []
     t0 = time.time()
-    await asyncio.gather(*(_one(host, int(port), "/" + path, rate, events, latencies, errors, abandon_after) for _ in range(streams)))
+    await asyncio.gather(
+        *(
+            _one(
+                host,
+                int(port),
+                "/" + path,
+                rate,
+                events,
+                latencies,
+                errors,
+                abandon_after,
+                background=background,
+                resume_after=resume_after,
+                resumes=resumes,
+            )
+            for _ in range(streams)
+        )
+    )
     latencies.sort()
+    resumes.sort()
 
-    def ms(q: float) -> float | None:
-        v = quantile(latencies, q)
+    def ms(q: float, values: list[float] = latencies) -> float | None:
+        v = quantile(values, q)
         return None if v is None else round(1000 * v, 2)
 
+    extra: dict[str, Any] = {}
+    if resume_after is not None:
+        extra = {"resumed": len(resumes), "resume_p50_ms": ms(0.5, resumes), "resume_p99_ms": ms(0.99, resumes)}
     return {
+        **extra,
         "streams": streams,
         "events": len(latencies),
         "errors": len(errors),
@@ -345,7 +452,16 @@ def main(argv: list[str]) -> None:
         asyncio.run(byte_pipe(int(argv[1]), int(argv[2])))
     elif role == "swarm":
         _fast_loop()
-        print(json.dumps(asyncio.run(swarm(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))), flush=True)
+        options = dict(a.split("=", 1) for a in argv[5:])
+        stats = swarm(
+            argv[1],
+            int(argv[2]),
+            float(argv[3]),
+            int(argv[4]),
+            background=options.get("background") == "1",
+            resume_after=int(options["resume"]) if "resume" in options else None,
+        )
+        print(json.dumps(asyncio.run(stats)), flush=True)
     else:
         raise SystemExit(f"unknown role {role!r}")
 

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,85 +147,192 @@ class _Live:
         return batches[lo:]
 
 
-class Wakeups:
-    """Per response, an event its readers wait on; ``notify`` wakes them (and arms a new one)."""
+class _Watch:
+    __slots__ = ("count", "event", "notified")
 
     def __init__(self) -> None:
-        self._events: dict[str, tuple[asyncio.Event, int]] = {}
+        self.event = asyncio.Event()
+        self.count = 0
+        self.notified = 0
+        """Notifications so far (a wake-up without one is the periodic tick)."""
+
+
+class Wakeups:
+    """Per response, an event its readers wait on: ``notify`` wakes them when its log grew;
+    every ``tick`` seconds one timer wakes every reader (to check on a run that may have ended
+    elsewhere, or send a keep-alive) — no timer per reader and wait."""
+
+    def __init__(self, tick: float = 1.0) -> None:
+        self._watches: dict[str, _Watch] = {}
+        self.tick = tick
+        self._ticker: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
-    def watching(self, response_id: str) -> Any:
-        event, count = self._events.get(response_id) or (asyncio.Event(), 0)
-        self._events[response_id] = (event, count + 1)
+    def watching(self, response_id: str) -> Iterator[_Watch]:
+        watch = self._watches.get(response_id)
+        if watch is None:
+            watch = self._watches[response_id] = _Watch()
+        watch.count += 1
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
-            yield
+            yield watch
         finally:
-            event, count = self._events[response_id]
-            if count <= 1:
-                del self._events[response_id]
-            else:
-                self._events[response_id] = (event, count - 1)
+            watch.count -= 1
+            if not watch.count:
+                del self._watches[response_id]
 
-    def current(self, response_id: str) -> asyncio.Event:
-        return self._events[response_id][0]
+    async def _tick(self) -> None:
+        while self._watches:
+            await asyncio.sleep(self.tick)
+            for watch in list(self._watches.values()):
+                event, watch.event = watch.event, asyncio.Event()
+                event.set()
 
     def notify(self, response_id: str) -> None:
-        entry = self._events.get(response_id)
-        if entry is not None:
-            entry[0].set()
-            self._events[response_id] = (asyncio.Event(), entry[1])
+        watch = self._watches.get(response_id)
+        if watch is not None:
+            watch.notified += 1
+            event, watch.event = watch.event, asyncio.Event()
+            event.set()
+
+
+class LogWriter:
+    """Appends to the event log for every run of a replica, coalesced: batches that arrive
+    within ``linger`` seconds of each other, or while a write is in flight, go together in the
+    next write (one statement, one trip to the database, whatever the number of streams). A
+    run's batches are written in the order they were submitted; a run whose write failed or
+    that lost its lease has nothing more written."""
+
+    MAX_ENTRIES = 256
+
+    def __init__(self, store: Store, owner: str, *, linger: float = 0.02) -> None:
+        self.store, self.owner, self.linger = store, owner, linger
+        self._pending: list[tuple[LogSink, int, int, bytes]] = []
+        self._kick: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.writes = 0
+        """Writes so far (each holds one or more batches)."""
+
+    def submit(self, sink: LogSink, first: int, last: int, data: bytes) -> None:
+        if self._task is None or self._task.done():
+            self._kick = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._write())
+        sink.pending += 1
+        self._pending.append((sink, first, last, data))
+        assert self._kick is not None
+        self._kick.set()
+
+    async def _write(self) -> None:
+        assert self._kick is not None
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            if self.linger > 0:  # before every write: at most one write per linger
+                await asyncio.sleep(self.linger)
+            self._kick.clear()
+            todo, self._pending = self._pending, []  # what arrives meanwhile waits a linger
+            for start in range(0, len(todo), self.MAX_ENTRIES):
+                batch = todo[start : start + self.MAX_ENTRIES]
+                entries = [(sink.tenant, sink.response_id, first, last, data.decode()) for sink, first, last, data in batch if sink.ok]
+                logged: set[tuple[str, str, int]] = set()
+                error: StoreError | None = None
+                if entries:
+                    try:
+                        logged = await self.store.append_many(self.owner, entries)
+                        self.writes += 1
+                    except Exception as exc:  # its runs hear of it; the other runs go on
+                        error = exc if isinstance(exc, StoreError) else StoreError(f"{type(exc).__name__}: {exc}")
+                for sink, first, last, data in batch:
+                    sink.pending -= 1
+                    if not sink.ok:
+                        pass
+                    elif (sink.tenant, sink.response_id, first) in logged:
+                        sink.logged(first, last, data)
+                    elif error is not None:
+                        sink.error = error
+                    else:
+                        sink.lost = True
+                    sink.settle()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 class LogSink:
-    """A background run's relay sink: each batch is logged (one write), then readers are woken.
+    """A background run's relay sink: each batch goes to the `LogWriter` (the run does not wait
+    for the write, up to ``max_pending`` batches); readers see a batch once it was logged.
 
-    Keep-alive comments are not logged (readers make their own). A batch that ends the
-    response other than ``completed`` (failed, incomplete, cancelled: the run did not persist
-    it) first updates the stored Response, so a reader that sees the terminal finds the row
-    ended. Raises `LeaseLost` when this replica no longer owns the run.
+    Keep-alive comments are not logged (readers make their own). A batch holding the terminal
+    is waited for (the run ends after its log does); one that ends the response other than
+    ``completed`` (failed, incomplete, cancelled: the run did not persist it) first updates
+    the stored Response, so a reader that sees the terminal finds the row ended. Raises
+    `LeaseLost` once this replica no longer owns the run, `StoreError` once a write failed.
     """
 
-    def __init__(self, store: Store, tenant: str, response_id: str, owner: str, live: _Live, wakeups: Wakeups) -> None:
-        self.store, self.tenant, self.response_id, self.owner = store, tenant, response_id, owner
+    def __init__(self, writer: LogWriter, tenant: str, response_id: str, live: _Live, wakeups: Wakeups, *, max_pending: int = 64) -> None:
+        self.writer, self.store, self.owner = writer, writer.store, writer.owner
+        self.tenant, self.response_id = tenant, response_id
         self.live, self.wakeups = live, wakeups
+        self.max_pending = max_pending
         self.next = 0
-        """The sequence number of the next frame."""
+        """The sequence number of the next frame sent."""
+        self.logged_next = 0
+        """The sequence number after the last frame logged."""
+        self.pending = 0
+        self.lost = False
+        self.error: StoreError | None = None
         self.ended: str | None = None
-        self.final: dict[str, Any] | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.lost and self.error is None
+
+    def _check(self) -> None:
+        if self.lost:
+            raise LeaseLost(f"this replica no longer runs {self.response_id}")
+        if self.error is not None:
+            raise self.error
 
     async def send(self, data: bytes) -> None:
+        self._check()
         if data[:1] == b":":
             return
         count = data.count(_END)
         if not count:
             return
-        first, last = self.next, self.next + count - 1
         ended = _terminal(data)
         if ended is not None and ended != "completed":
             final = _last_response(data)
             if final is not None:
-                self.final = final
+                await self.drain()
                 await self.store.update_body(self.tenant, self.response_id, self.owner, final)
-        await self.append(first, last, data)
+        await self.append(data, count, wait=ended is not None)
         self.ended = ended or self.ended
 
-    async def append(self, first: int, last: int, data: bytes) -> None:
-        # a write that was sent finishes even when the run is cancelled meanwhile: the next
-        # write (the cancelled terminal) must know whether these numbers were taken
-        write = asyncio.ensure_future(self.store.append_events(self.tenant, self.response_id, self.owner, first, last, data.decode()))
-        try:
-            logged = await asyncio.shield(write)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                if await write:
-                    self._logged(first, last, data)
-            raise
-        if not logged:
-            raise LeaseLost(f"this replica no longer runs {self.response_id}")
-        self._logged(first, last, data)
+    async def append(self, data: bytes, count: int, *, wait: bool = True) -> None:
+        first = self.next
+        self.next += count
+        self.writer.submit(self, first, first + count - 1, data)
+        if wait or self.pending > self.max_pending:
+            await self.drain()
 
-    def _logged(self, first: int, last: int, data: bytes) -> None:
-        self.next = last + 1
+    async def drain(self) -> None:
+        """Wait until every batch sent was logged (raises as `send` does)."""
+        while self.pending and self.ok:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+        self._check()
+
+    def settle(self) -> None:
+        if self._drained is not None and not self._drained.done() and (not self.pending or not self.ok):
+            self._drained.set_result(None)
+
+    def logged(self, first: int, last: int, data: bytes) -> None:
+        self.logged_next = last + 1
         self.live.batches.append((first, last, data))
         self.wakeups.notify(self.response_id)
 
@@ -261,7 +368,8 @@ class Background:
         self.owner = "gw_" + uuid.uuid4().hex
         self.retention, self.lease, self.poll = retention, lease, poll
         self.keepalive_interval = keepalive_interval
-        self.wakeups = Wakeups()
+        self.wakeups = Wakeups(poll)
+        self.writer = LogWriter(store, self.owner)
         self.runs: dict[str, _Run] = {}
         self.live: dict[str, _Live] = {}
         self.listening = False
@@ -299,7 +407,7 @@ class Background:
             raise StateError(f"the response could not be queued: {exc}") from None
         run = _Run(tenant)
         live = self.live[response_id] = _Live()
-        sink = LogSink(self.store, tenant, response_id, self.owner, live, self.wakeups)
+        sink = LogSink(self.writer, tenant, response_id, live, self.wakeups)
         self.runs[response_id] = run
         run.task = asyncio.get_running_loop().create_task(
             self._run(run, sink, body, headers, snapshot, resolved=resolved, turn_input=turn_input)
@@ -340,16 +448,20 @@ class Background:
                 outcome = f"error: internal_error ({type(exc).__name__})"
                 error = {"code": "server_error", "message": f"the gateway failed: {type(exc).__name__}"}
                 log.exception("a background run failed")
-            if sink.ended is None and run.reason != "lost":
-                # the relay did not end the stream (nothing had started, or the store failed)
+            with contextlib.suppress(RespflowError, StoreError):
+                await sink.drain()  # every frame sent is logged before the run lets go
+            if sink.ended is None and run.reason != "lost" and not sink.lost:
+                # the relay did not end the stream (nothing had started, or the store failed):
+                # the end goes after the last frame that was logged
                 status = "cancelled" if run.reason == "cancelled" else "failed"
                 if status == "failed" and error is None:
                     error = {"code": "server_error", "message": "the response ended without a terminal"}
                 so_far = {**snapshot, "output": done_items(sink.live.batches)}
-                frames, final = ending_frames(so_far, sink.next, status=status, error=None if status == "cancelled" else error)
+                frames, final = ending_frames(so_far, sink.logged_next, status=status, error=None if status == "cancelled" else error)
                 with contextlib.suppress(RespflowError, StoreError):
                     await self.store.update_body(run.tenant, rid, self.owner, final)
-                    await sink.append(sink.next, sink.next + frames.count(_END) - 1, frames)
+                    await self.store.append_events(run.tenant, rid, self.owner, sink.logged_next, sink.logged_next + frames.count(_END) - 1, frames.decode())
+                    sink.logged(sink.logged_next, sink.logged_next + frames.count(_END) - 1, frames)
         finally:
             run.finishing = True
             if run.reason != "lost":
@@ -372,15 +484,15 @@ class Background:
         rows = await self.store.events_after(tenant, response_id, cursor)
         return [(first, last, frames.encode()) for first, last, frames in rows]
 
-    async def follow(self, tenant: str, response_id: str, after: int) -> AsyncIterator[bytes]:
+    async def follow(self, tenant: str, response_id: str, after: int) -> AsyncGenerator[bytes, None]:
         """The frames after sequence number ``after``, then the live ones, until the terminal;
         keep-alive comments while nothing comes. Ends when the response has ended and its log
         holds nothing more."""
         cursor = after
         quiet = 0.0
-        with self.wakeups.watching(response_id):
+        with self.wakeups.watching(response_id) as watch:
             while True:
-                wake = self.wakeups.current(response_id)
+                wake, notified = watch.event, watch.notified
                 batches = await self._batches(tenant, response_id, cursor)
                 for first, last, data in batches:
                     if first <= cursor:
@@ -392,12 +504,10 @@ class Background:
                 if batches:
                     quiet = 0.0
                     continue
-                waited = time.monotonic()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), self.poll)
-                if wake.is_set():
+                await wake.wait()
+                if watch.notified != notified:
                     continue
-                quiet += time.monotonic() - waited
+                quiet += self.wakeups.tick  # the periodic tick: nothing was logged meanwhile
                 if response_id not in self.runs:
                     stored = await self.store.get_response(tenant, response_id)
                     if stored is None or not stored.running:
@@ -441,11 +551,11 @@ class Background:
         if run is not None and run.tenant == tenant:
             self.cancel_local(response_id)
         deadline = time.monotonic() + wait
-        with self.wakeups.watching(response_id):
+        with self.wakeups.watching(response_id) as watch:
             while time.monotonic() < deadline:
-                wake = self.wakeups.current(response_id)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), 0.1)
+                    async with asyncio.timeout(0.1):
+                        await watch.event.wait()
                 current = await self.store.get_response(tenant, response_id)
                 if current is None or not current.running:
                     return current
@@ -456,9 +566,15 @@ class Background:
     def _on_cancel(self, response_id: str) -> None:
         self.cancel_local(response_id)
 
+    def _on_events(self, payload: str) -> None:
+        """Another process logged events of these responses (ids, comma-separated)."""
+        for rid in payload.split(","):
+            if rid and rid not in self.runs:  # this replica's own runs wake their readers already
+                self.wakeups.notify(rid)
+
     async def listen(self) -> None:
         try:
-            self.listening = await self.store.listen(self.wakeups.notify, self._on_cancel)
+            self.listening = await self.store.listen(self._on_events, self._on_cancel)
         except StoreError as exc:
             self.listening = False
             log.warning("background: %s (readers on other replicas poll meanwhile)", exc)
@@ -538,3 +654,4 @@ class Background:
                 run.task.cancel()
                 tasks.append(run.task)
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.writer.aclose()

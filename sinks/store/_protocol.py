@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -146,6 +146,11 @@ class Store(Protocol):
     async def append_events(self, tenant: str, response_id: str, owner: str, first: int, last: int, frames: str) -> bool:
         """Log one relayed batch (frames ``first``..``last``) in one write; False: ``owner``
         does not own the response (any more), nothing written. Wakes other processes' readers."""
+
+    async def append_many(self, owner: str, entries: Sequence[tuple[str, str, int, int, str]]) -> set[tuple[str, str, int]]:
+        """Log the batches of several runs in one write: ``(tenant, id, first, last, frames)``
+        each; the ``(tenant, id, first)`` written (a run ``owner`` does not own is not)."""
+        ...
 
     async def events_after(self, tenant: str, response_id: str, after: int) -> list[tuple[int, int, str]]:
         """The logged batches holding frames after ``after``: ``(first, last, frames)`` in order."""

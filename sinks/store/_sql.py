@@ -9,7 +9,7 @@ Tables (every row keyed by tenant first):
 | ``responses`` | the final Response, the turn's input ids, its ``context`` (ordered ids) |
 | ``conversations`` | metadata, and the next free item position |
 | ``conversation_items`` | ``(tenant, conversation, position) → item id`` |
-| ``events`` | a background response's client-bound frames, one row per relayed batch: ``(tenant, response, first_seq) → last_seq, frames`` |
+| ``events`` | a background response's client-bound frames, one row per logged batch: ``(tenant, response, first_seq) → last_seq, frames`` (kept until the response's ``log_expires_at``) |
 
 A background response's row also holds its ``status``, the replica that runs it (``owner``,
 cleared when it ends), the owner's ``lease_until`` and ``cancel_requested``.
@@ -60,6 +60,16 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE TABLE IF NOT EXISTS events (tenant TEXT NOT NULL, response_id TEXT NOT NULL, first_seq BIGINT NOT NULL, "
             "last_seq BIGINT NOT NULL, frames TEXT NOT NULL, expires_at DOUBLE PRECISION, PRIMARY KEY (tenant, response_id, first_seq))",
             "CREATE INDEX IF NOT EXISTS events_expiry ON events (expires_at)",
+        ],
+    ),
+    (
+        3,
+        [
+            # a log expires with its response's log_expires_at (one column written when the run
+            # ends), not per event row: no second index to maintain per logged batch
+            "ALTER TABLE responses ADD COLUMN log_expires_at DOUBLE PRECISION",
+            "CREATE INDEX IF NOT EXISTS responses_log_expiry ON responses (log_expires_at)",
+            "DROP INDEX IF EXISTS events_expiry",
         ],
     ),
 ]
@@ -290,7 +300,9 @@ class SqlStore:
         self, tenant: str, response: StoredResponse, items: list[dict[str, Any]], *, owner: str, lease_until: float, ttl: float | None = None
     ) -> None:
         expires = time.time() + ttl if ttl else None
-        async with self.transaction() as db:
+        # no transaction (two statements, one trip each): items kept without their response
+        # (a crash in between) are never read and expire with it
+        async with self.read() as db:
             await self._put_items(db, tenant, items, expires)
             await db.execute(
                 "INSERT INTO responses (tenant, id, body, input_ids, context, background, created_at, expires_at, status, owner, "
@@ -317,6 +329,26 @@ class SqlStore:
             rows = await db.fetch(self._APPEND, tenant, response_id, first, last, frames, tenant, response_id, owner)
         return bool(rows)
 
+    @staticmethod
+    def _append_many_sql(count: int) -> str:
+        values = ", ".join(["(?, ?, ?, ?, ?)"] * count)
+        return (
+            "INSERT INTO events (tenant, response_id, first_seq, last_seq, frames) "
+            f"SELECT v.column1, v.column2, v.column3, v.column4, v.column5 FROM (VALUES {values}) AS v "
+            "WHERE v.column1 IS NOT NULL AND EXISTS (SELECT 1 FROM responses r WHERE r.tenant = v.column1 "
+            "AND r.id = v.column2 AND r.owner = ?) RETURNING tenant, response_id, first_seq"
+        )
+
+    async def append_many(self, owner: str, entries: Sequence[tuple[str, str, int, int, str]]) -> set[tuple[str, str, int]]:
+        """One statement per write. Its row count is padded to a power of two (NULL rows, not
+        written), so a handful of statement texts serve every write, each parsed once."""
+        size = 1 << max(0, len(entries) - 1).bit_length()
+        args: list[Any] = [value for entry in entries for value in entry]
+        args += [None] * (5 * (size - len(entries)))
+        async with self.read() as db:
+            rows = await db.fetch(self._append_many_sql(size), *args, owner)
+        return {(str(t), str(r), int(f)) for t, r, f in rows}
+
     async def events_after(self, tenant: str, response_id: str, after: int) -> list[tuple[int, int, str]]:
         async with self.read() as db:
             rows = await db.fetch(
@@ -340,17 +372,14 @@ class SqlStore:
         return bool(rows)
 
     async def finish_background(self, tenant: str, response_id: str, owner: str, retention: float) -> None:
-        async with self.transaction() as db:
-            rows = await db.fetch(
-                "UPDATE responses SET owner = NULL, lease_until = NULL WHERE tenant = ? AND id = ? AND owner = ? RETURNING id",
+        async with self.read() as db:
+            await db.execute(
+                "UPDATE responses SET owner = NULL, lease_until = NULL, log_expires_at = ? WHERE tenant = ? AND id = ? AND owner = ?",
+                time.time() + retention,
                 tenant,
                 response_id,
                 owner,
             )
-            if rows:
-                await db.execute(
-                    "UPDATE events SET expires_at = ? WHERE tenant = ? AND response_id = ?", time.time() + retention, tenant, response_id
-                )
 
     async def renew_leases(self, owner: str, until: float) -> list[str]:
         async with self.read() as db:
@@ -395,7 +424,7 @@ class SqlStore:
         """Wake other processes' readers (PostgreSQL's NOTIFY; nothing on SQLite: one process)."""
 
     async def listen(self, on_event: Callable[[str], None], on_cancel: Callable[[str], None]) -> bool:
-        """Call ``on_event(response_id)`` when another process logged events of a response,
+        """Call ``on_event(ids)`` (comma-separated response ids) when another process logged events,
         ``on_cancel(response_id)`` when one asked to cancel it. False: this store has no such
         notifications (readers poll)."""
         return False
@@ -406,7 +435,19 @@ class SqlStore:
         now = time.time()
         removed = 0
         async with self.transaction() as db:
-            for table in ("responses", "items", "conversations", "events"):
+            # logs past their retention, and those of responses past their TTL
+            logs = await db.fetch(
+                "SELECT tenant, id FROM responses WHERE (log_expires_at IS NOT NULL AND log_expires_at < ?) "
+                "OR (expires_at IS NOT NULL AND expires_at < ?)",
+                now,
+                now,
+            )
+            for tenant, response_id in logs:
+                rows = await db.fetch("SELECT count(*) FROM events WHERE tenant = ? AND response_id = ?", tenant, response_id)
+                removed += int(rows[0][0])
+                await db.execute("DELETE FROM events WHERE tenant = ? AND response_id = ?", tenant, response_id)
+            await db.execute("UPDATE responses SET log_expires_at = NULL WHERE log_expires_at IS NOT NULL AND log_expires_at < ?", now)
+            for table in ("responses", "items", "conversations"):
                 rows = await db.fetch(f"SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at < ?", now)
                 removed += int(rows[0][0])
                 await db.execute(f"DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at < ?", now)

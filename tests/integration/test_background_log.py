@@ -111,7 +111,7 @@ def test_a_reader_gets_exactly_the_frames_after_its_cursor(n: int, cuts: list[in
             await store.start_background("t", _record("resp_p"), [], owner=background.owner, lease_until=time.time() + 60)
             live = background.live["resp_p"] = _Live()
             background.runs["resp_p"] = _Run("t")
-            sink = LogSink(store, "t", "resp_p", background.owner, live, background.wakeups)
+            sink = LogSink(background.writer, "t", "resp_p", live, background.wakeups)
             for batch in batches:
                 await sink.send(batch)
             # (a cursor at the terminal waits until the run ends: read that one from the store)
