@@ -454,7 +454,8 @@ def run_background_bench(
 
     Per store and round: the swarm straight at the upstream (direct latency), then plain
     streams (``store`` on), then background streams (every frame logged), then background
-    streams cut after ``resume_after`` deltas and resumed with ``starting_after``. CPU per event
+    streams cut after ``resume_after`` deltas and resumed 0.3 s later with ``starting_after``
+    (resume latency: reconnect → the first replayed event). CPU per event
     is the gateway's process tree (and, on PostgreSQL, the server's processes, apart)."""
     rows: list[dict[str, Any]] = []
     with _background_stores(pg, progress) as stores:

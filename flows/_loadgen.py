@@ -11,8 +11,8 @@
 ``python -m respflow.flows._loadgen upstream PORT | pipe UPSTREAM_PORT PORT |
 swarm URL N RATE EVENTS [background=1] [resume=K]`` runs one of them (the swarm prints one
 JSON line; ``background=1`` sends ``background: true``; ``resume=K`` cuts each stream after K
-deltas and resumes it with ``GET …/responses/{id}?stream=true&starting_after=N``, reporting the
-reconnect → first replayed event time).
+deltas and, 0.3 s later, resumes it with ``GET …/responses/{id}?stream=true&starting_after=N``,
+reporting the reconnect → first replayed event time).
 """
 
 from __future__ import annotations
@@ -300,6 +300,7 @@ async def _one(
         outcome = await _read_stream(reader, latencies, state, abandon_after=cut)
         writer.close()
         if outcome == "abandoned" and resume_after is not None and resumes is not None:
+            await asyncio.sleep(0.3)  # away for a while: events to replay when it comes back
             started = time.monotonic()
             reader, writer = await asyncio.open_connection(host, port)
             writer.write(
