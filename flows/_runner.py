@@ -283,6 +283,14 @@ def _read_timeout_error(read_timeout: float) -> UpstreamError:
     )
 
 
+_parked = [0.0]
+
+
+def parked_seconds() -> float:
+    """Seconds every ended stream's pump spent parked on a full buffer, in this process."""
+    return _parked[0]
+
+
 async def batches(
     source: AsyncIterable[bytes] | ChunkSource,
     run: GraphRun,
@@ -351,6 +359,7 @@ async def batches(
             watchdog.stop()
         if pump is not None:
             await pump.stop()
+            _parked[0] += pump.queue.parked
             if stats is not None:
                 stats["peak_batches"] = pump.queue.peak_entries
                 stats["peak_bytes"] = pump.queue.peak_bytes

@@ -15,18 +15,22 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Coroutine
 from typing import Any
 
 import uvicorn
+from prometheus_client import multiprocess
 
 from respflow.flows._runner import Placement
 from respflow.flows.gateway import Gateway, GatewayTool, gateway_app, simulator_app
+from respflow.flows.gateway._metrics import configure_tracing
 from respflow.sinks.store import store_for
 
 log = logging.getLogger("respflow")
@@ -138,6 +142,8 @@ async def serve(
         background_retention=background_retention,
         background_lease=background_lease,
     )
+    if configure_tracing():
+        log.info("tracing: spans exported as the OTEL_* variables say")
     gw_sock = _bind(host, port, reuse_port=reuse_port)
     servers.append(_server(gateway_app(gateway), gw_sock))
     where = gw_sock.getsockname()
@@ -163,6 +169,11 @@ def supervise(argv: list[str], workers: int, *, host: str, port: int) -> int:
     probe = _bind(host, port, reuse_port=True)  # fail here, once, if the port is taken
     probe.close()
     command = [sys.executable, "-m", "respflow", "serve", *argv, "--reuse-port"]
+    # the workers' metrics, summed by whichever worker answers GET /metrics
+    made_dir = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        made_dir = tempfile.mkdtemp(prefix="respflow-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made_dir
     procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(command) for _ in range(workers)]
     log.info("respflow serve: %d workers on http://%s:%s/v1 (pids %s)", workers, host, port, ", ".join(str(p.pid) for p in procs))
     stopping = False
@@ -179,6 +190,7 @@ def supervise(argv: list[str], workers: int, *, host: str, port: int) -> int:
         for i, proc in enumerate(procs):
             if proc.poll() is not None and not stopping and time.monotonic() - last_restart > 1.0:
                 log.warning("worker %d (pid %d) exited with %s; restarting it", i, proc.pid, proc.returncode)
+                multiprocess.mark_process_dead(proc.pid)  # type: ignore[no-untyped-call]
                 procs[i] = subprocess.Popen(command)
                 last_restart = time.monotonic()
     for proc in procs:
@@ -191,4 +203,6 @@ def supervise(argv: list[str], workers: int, *, host: str, port: int) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    if made_dir is not None:
+        shutil.rmtree(made_dir, ignore_errors=True)
     return 0

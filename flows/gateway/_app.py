@@ -23,12 +23,16 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from respflow.flows._runner import parked_seconds
 from respflow.flows.gateway._background import Background
 from respflow.flows.gateway._http import (
     error_body,
@@ -37,9 +41,10 @@ from respflow.flows.gateway._http import (
     send_json,
     sse_response,
 )
+from respflow.flows.gateway._metrics import StreamMeter, outcome_label, tracer
 from respflow.flows.gateway._rounds import Gateway, new_response_id
 from respflow.flows.gateway._routes import state_routes
-from respflow.operators import RelayError, RequestError, RespflowError
+from respflow.operators import RelayError, RequestError, RespflowError, UpstreamError
 from respflow.sinks.store import tenant_of
 
 log = logging.getLogger("respflow")
@@ -112,10 +117,11 @@ class AsgiSink:
     aborts the stream: one timer per stream checks it, not one per send.
     """
 
-    __slots__ = ("_handle", "_loop", "_send", "_since", "_stall", "_task", "_watch", "started")
+    __slots__ = ("_handle", "_loop", "_meter", "_send", "_since", "_stall", "_task", "_watch", "started")
 
-    def __init__(self, send: Send, *, stall_timeout: float, task: asyncio.Task[Any], watch: _Watch) -> None:
+    def __init__(self, send: Send, *, stall_timeout: float, task: asyncio.Task[Any], watch: _Watch, meter: StreamMeter | None = None) -> None:
         self._send = send
+        self._meter = meter
         self.started = False
         self._stall = stall_timeout
         self._task = task
@@ -138,6 +144,8 @@ class AsgiSink:
 
     async def send(self, data: bytes) -> None:
         self._since = self._loop.time()
+        if self._meter is not None:
+            self._meter.record(data)
         if not self.started:
             self.started = True
             await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
@@ -203,7 +211,11 @@ class GatewayApp(Starlette):
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await gateway.aclose()
 
-        routes = [Route("/health", health, methods=["GET"]), *state_routes(gateway, background)]
+        async def metrics(request: Request) -> Response:
+            gateway.metrics.add_parked(parked_seconds())
+            return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+        routes = [Route("/health", health, methods=["GET"]), Route("/metrics", metrics, methods=["GET"]), *state_routes(gateway, background)]
         super().__init__(routes=routes, lifespan=lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -213,9 +225,29 @@ class GatewayApp(Starlette):
             if root and path.startswith(root):
                 path = path[len(root) :]
             if path == "/v1/responses":
-                await self.create_response(scope, receive, send)
+                with tracer.start_as_current_span("POST /v1/responses", kind=SpanKind.SERVER):
+                    await self.create_response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+    def _done(self, stream: str, response_id: str | None, rounds: int, items: int, outcome: str, started: float) -> None:
+        """A request ended: its log line, and (unless a background run counts it when it
+        ends) its metrics."""
+        _log_line(stream, response_id, rounds, items, outcome, started)
+        span = trace.get_current_span()
+        if span.is_recording():  # counts and outcomes only: no ids, prompts or outputs
+            span.set_attributes({"respflow.stream": stream == "true", "respflow.outcome": outcome_label(outcome), "respflow.rounds": rounds})
+        if not outcome.startswith("background:"):
+            metrics = self.gateway.metrics
+            metrics.request(stream == "true", outcome, rounds)
+            if outcome == "client_error: client_stalled":
+                metrics.stalls.inc()
+            metrics.add_parked(parked_seconds())
+
+    def _error_outcome(self, exc: RespflowError) -> str:
+        if isinstance(exc, UpstreamError):
+            self.gateway.metrics.upstream_errors.labels(exc.code).inc()
+        return _error_outcome(exc)
 
     async def create_response(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/responses``."""
@@ -229,19 +261,20 @@ class GatewayApp(Starlette):
                 code="too_many_streams",
             )
             await send_json(send, 503, body, [(b"retry-after", b"1")])
-            _log_line("?", None, 0, 0, "rejected: too_many_streams", started)
+            self._done("?", None, 0, 0, "rejected: too_many_streams", started)
             return
         gateway.active += 1
+        gateway.metrics.active.set(gateway.active)
         passed = False  # a background run took over this admission slot
         try:
             try:
                 body = await read_json_body(receive, scope["headers"], self.max_body_bytes)
             except ClientGone:
-                _log_line("?", None, 0, 0, "client disconnected", started)
+                self._done("?", None, 0, 0, "client disconnected", started)
                 return
             except RequestError as exc:
                 await send_json(send, error_status(exc), error_payload(exc))
-                _log_line("?", None, 0, 0, f"client_error: {exc.code}", started)
+                self._done("?", None, 0, 0, f"client_error: {exc.code}", started)
                 return
             headers = forwarded_headers(scope["headers"])
             if body.get("background") is True and self.background is not None:
@@ -256,6 +289,7 @@ class GatewayApp(Starlette):
         finally:
             if not passed:
                 gateway.active -= 1
+                gateway.metrics.active.set(gateway.active)
 
     async def _queue(self, body: Mapping[str, Any], headers: dict[str, str], send: Send, started: float) -> dict[str, Any] | None:
         """Queue a ``background: true`` request (its run takes over the admission slot); the
@@ -266,11 +300,11 @@ class GatewayApp(Starlette):
             return await self.background.start(body, headers, tenant_of(headers.get("authorization")))
         except RespflowError as exc:
             await send_json(send, error_status(exc), error_payload(exc))
-            _log_line(stream, None, 0, 0, _error_outcome(exc), started)
+            self._done(stream, None, 0, 0, self._error_outcome(exc), started)
         except Exception:
             log.exception("the gateway failed to queue a background request")
             await send_json(send, 500, error_body("the gateway failed; see its log", kind="server_error", code="internal_error"))
-            _log_line(stream, None, 0, 0, "error: internal_error", started)
+            self._done(stream, None, 0, 0, "error: internal_error", started)
         return None
 
     async def _answer_background(
@@ -289,13 +323,13 @@ class GatewayApp(Starlette):
         rid = str(queued["id"])
         if body.get("stream") is not True:
             await send_json(send, 200, queued)
-            _log_line("false", rid, 0, 0, "background: queued", started)
+            self._done("false", rid, 0, 0, "background: queued", started)
             return
         follower = self.background.follow(tenant_of(headers.get("authorization")), rid, -1)
         try:
             await sse_response(follower)(scope, receive, send)
         finally:
-            _log_line("true", rid, 0, 0, "background: followed", started)
+            self._done("true", rid, 0, 0, "background: followed", started)
 
     async def _collected(self, body: Mapping[str, Any], headers: dict[str, str], send: Send, started: float) -> None:
         response_id = new_response_id()
@@ -305,23 +339,24 @@ class GatewayApp(Starlette):
             )
         except RespflowError as exc:
             await send_json(send, error_status(exc), error_payload(exc))
-            _log_line("false", response_id, 0, 0, _error_outcome(exc), started)
+            self._done("false", response_id, 0, 0, self._error_outcome(exc), started)
             return
         except Exception:
             log.exception("the gateway failed on a request")
             await send_json(send, 500, error_body("the gateway failed; see its log", kind="server_error", code="internal_error"))
-            _log_line("false", response_id, 0, 0, "error: internal_error", started)
+            self._done("false", response_id, 0, 0, "error: internal_error", started)
             return
         data = response.to_json()
         await send({"type": "http.response.start", "status": 200, "headers": [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data, "more_body": False})
-        _log_line("false", response_id, rounds, len(response.output), response.status, started)
+        self._done("false", response_id, rounds, len(response.output), response.status, started)
 
     async def _streamed(self, body: Mapping[str, Any], headers: dict[str, str], receive: Receive, send: Send, started: float) -> None:
         task = asyncio.current_task()
         assert task is not None
         watch = _Watch()
-        sink = AsgiSink(send, stall_timeout=self.gateway.client_stall_timeout, task=task, watch=watch)
+        meter = StreamMeter(started)
+        sink = AsgiSink(send, stall_timeout=self.gateway.client_stall_timeout, task=task, watch=watch, meter=meter)
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, watch, task))
         response_id = new_response_id()
         outcome, rounds, items = "completed", 0, 0
@@ -342,7 +377,7 @@ class GatewayApp(Starlette):
                 outcome = f"client_error: {exc.code}"
                 return
             except RespflowError as exc:
-                outcome = _error_outcome(exc)
+                outcome = self._error_outcome(exc)
                 if not sink.started:
                     sink.stop()
                     await send_json(send, error_status(exc), error_payload(exc))
@@ -360,7 +395,8 @@ class GatewayApp(Starlette):
             watch.finished = True
             sink.stop()
             watcher.cancel()
-            _log_line("true", response_id, rounds, items, outcome, started)
+            self.gateway.metrics.stream_ended(meter)
+            self._done("true", response_id, rounds, items, outcome, started)
 
 
 async def _purge(gateway: Gateway, every: float = 60.0) -> None:

@@ -35,10 +35,11 @@ from typing import Any
 
 import orjson
 
+from respflow.flows.gateway._metrics import MeteredSink, StreamMeter
 from respflow.flows.gateway._rounds import Gateway, new_response_id
 from respflow.flows.gateway._rounds import _checked as checked_request
 from respflow.flows.gateway._state import StateError, stored_item
-from respflow.operators import RespflowError
+from respflow.operators import RespflowError, UpstreamError
 from respflow.sinks import keepalive, sse_frame
 from respflow.sinks.store import Store, StoredResponse, StoreError
 
@@ -412,6 +413,7 @@ class Background:
         run.task = asyncio.get_running_loop().create_task(
             self._run(run, sink, body, headers, snapshot, resolved=resolved, turn_input=turn_input)
         )
+        gateway.metrics.active.set(gateway.active)
         return snapshot
 
     async def _run(
@@ -419,14 +421,16 @@ class Background:
     ) -> None:
         gateway, rid = self.gateway, sink.response_id
         started = time.monotonic()
+        meter = StreamMeter(started)
         outcome = "completed"
+        rounds = 0
         error: dict[str, Any] | None = None
         try:
             try:
-                response, _ = await gateway.run(
+                response, rounds = await gateway.run(
                     body,
                     headers,
-                    sink,
+                    MeteredSink(sink, meter),
                     response_id=rid,
                     tenant=run.tenant,
                     cancelled=lambda: run.reason == "cancelled",
@@ -444,6 +448,8 @@ class Background:
             except RespflowError as exc:
                 outcome = f"error: {exc.code}"
                 error = {"code": "server_error", "message": exc.message}
+                if isinstance(exc, UpstreamError):
+                    gateway.metrics.upstream_errors.labels(exc.code).inc()
             except Exception as exc:
                 outcome = f"error: internal_error ({type(exc).__name__})"
                 error = {"code": "server_error", "message": f"the gateway failed: {type(exc).__name__}"}
@@ -473,6 +479,10 @@ class Background:
             self.live.pop(rid, None)
             self.wakeups.notify(rid)
             gateway.active -= 1
+            metrics = gateway.metrics
+            metrics.active.set(gateway.active)
+            metrics.stream_ended(meter)
+            metrics.request(body.get("stream") is True, outcome, rounds)
             log.info("background id=%s outcome=%s %.3fs", rid, outcome, time.monotonic() - started)
 
     # -- reading -----------------------------------------------------------------------------

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
+from opentelemetry import propagate
 from pydantic import ValidationError
 
 from respflow.flows._graph import Graph, GraphRun
 from respflow.flows._runner import Placement, batches
 from respflow.flows._transport import Upstream, default_client
 from respflow.flows.gateway._hosted import HostedTool, unavailable_executor
+from respflow.flows.gateway._metrics import Metrics, tracer
 from respflow.flows.gateway._state import Resolved, State, stored_item
 from respflow.flows.gateway._tools import (
     Executor,
@@ -199,6 +201,7 @@ class Gateway:
         max_history_bytes: int = 32 << 20,
         background_retention: float = 3600.0,
         background_lease: float = 15.0,
+        metrics: Metrics | None = None,
     ) -> None:
         """Args:
             upstream: the upstream's base URL (``http://host:port/v1``).
@@ -273,6 +276,10 @@ class Gateway:
             raise ValueError("background_retention and background_lease must be positive")
         self.background_retention = background_retention
         self.background_lease = background_lease
+        self.metrics = metrics or Metrics()
+        """Prometheus metrics (`respflow.flows.gateway._metrics`); the app serves ``/metrics``."""
+        if store is not None:
+            self.metrics.instrument_store(store)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -432,7 +439,9 @@ class Gateway:
             graphs.append(graph)
             if relay is not None:
                 relay.start_round(offset)
-            summary = await self._round(graph, request, headers, relay)
+            with tracer.start_as_current_span("upstream round", attributes={"respflow.round": rounds}) as span:
+                summary = await self._round(graph, request, headers, relay)
+                span.set_attribute("respflow.round.status", str(summary["status"]))
             usage = _sum_usage(usage, summary.get("usage"))
             status, error, incomplete = summary["status"], summary.get("error"), summary.get("incomplete_details")
             items = graph.pipeline.folder.output_indexed()
@@ -501,7 +510,9 @@ class Gateway:
 
     async def _round(self, graph: Graph, request: Mapping[str, Any], headers: Mapping[str, str], relay: Relay | None) -> dict[str, Any]:
         """Stream one upstream round through the graph (and the relay); its outcome."""
-        http = await self.client.open(self.upstream, request, headers=headers)
+        carrier = dict(headers)
+        propagate.inject(carrier)  # traceparent, when a span is being recorded
+        http = await self.client.open(self.upstream, request, headers=carrier)
         reads = batches(
             http,
             GraphRun(graph),
@@ -521,8 +532,16 @@ class Gateway:
                     pass
         return graph.pipeline.outcome()
 
+    def _tool_label(self, name: str) -> str:
+        """A bounded label: a configured tool's name; ``mcp`` for a request-declared server's."""
+        if name in self._executors or any(tool.function == name for tool in self.hosted_tools.values()):
+            return name
+        return "mcp"
+
     async def _run_tools(self, calls: list[tuple[Executor, str, str]], relay: Relay | None) -> list[Any]:
-        work = asyncio.ensure_future(run_calls(calls, concurrency=self.tool_concurrency, timeout=self.tool_timeout))
+        work = asyncio.ensure_future(
+            run_calls(calls, concurrency=self.tool_concurrency, timeout=self.tool_timeout, label=self._tool_label, observe=self.metrics.tool_call)
+        )
         if relay is None or self.keepalive_interval <= 0:
             return await work
         try:

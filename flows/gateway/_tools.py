@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from respflow.flows.gateway._metrics import tracer
 from respflow.operators._tools import GATEWAY_LABEL, fnv1a_hex, mcp_function_name
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[Any] | Any]
@@ -247,6 +249,8 @@ async def run_calls(
     *,
     concurrency: int,
     timeout: float,
+    label: Callable[[str], str] = lambda name: name,
+    observe: Callable[[str, str, float], None] | None = None,
 ) -> list[Outcome]:
     """Run ``(executor, name, arguments JSON)`` calls concurrently (bounded), each with a timeout.
 
@@ -263,12 +267,23 @@ async def run_calls(
         if not isinstance(parsed, dict):
             return Outcome(None, f"tool {name!r} needs a JSON object as arguments")
         async with gate:
-            try:
-                async with asyncio.timeout(timeout):
-                    return await executor.run(parsed)
-            except TimeoutError:
-                return Outcome(None, f"tool {name!r} timed out after {timeout:g} s")
-            except Exception as exc:
-                return Outcome(None, wire_text(f"tool {name!r} failed: {type(exc).__name__}: {str(exc)[:300]}"))
+            tool = label(name)
+            started = time.perf_counter()
+            result = "error"
+            with tracer.start_as_current_span("tool call", attributes={"respflow.tool": tool}) as span:
+                try:
+                    async with asyncio.timeout(timeout):
+                        outcome = await executor.run(parsed)
+                    result = "ok" if outcome.error is None else "error"
+                    return outcome
+                except TimeoutError:
+                    result = "timeout"
+                    return Outcome(None, f"tool {name!r} timed out after {timeout:g} s")
+                except Exception as exc:
+                    return Outcome(None, wire_text(f"tool {name!r} failed: {type(exc).__name__}: {str(exc)[:300]}"))
+                finally:
+                    span.set_attribute("respflow.tool.result", result)
+                    if observe is not None:
+                        observe(tool, result, time.perf_counter() - started)
 
     return list(await asyncio.gather(*(one(e, n, a) for e, n, a in calls)))
