@@ -526,3 +526,97 @@ def format_background(rows: list[dict[str, Any]]) -> str:
             f"{f(r['resume_p50_ms']):>10} {f(r['resume_p99_ms']):>10}"
         )
     return "\n".join(out)
+
+
+# -- what metrics cost (--metrics-cost) ----------------------------------------------------------
+
+
+def run_metrics_cost(
+    *,
+    streams: int = 100,
+    rate: float = 20.0,
+    events: int = 100,
+    rounds: int = 5,
+    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict[str, Any]]:
+    """``respflow serve`` with metrics on and with ``--no-metrics``, in front of one upstream,
+    rounds alternating: CPU per event of each (medians) and the difference per event."""
+    up_port = free_port()
+    ports = {"metrics on": free_port(), "--no-metrics": free_port()}
+    with _processes() as procs:
+        upstream = _spawn(["-m", "respflow.flows._loadgen", "upstream", str(up_port)])
+        procs.append(upstream)
+        wait_port(up_port, upstream)
+        targets: list[Target] = []
+        for name, port in ports.items():
+            extra = [] if name == "metrics on" else ["--no-metrics"]
+            proc = _spawn(_serve_args(up_port, port, 1, extra))
+            procs.append(proc)
+            wait_port(port, proc)
+            targets.append(Target(name, f"http://127.0.0.1:{port}/v1/responses", proc))
+        direct = f"http://127.0.0.1:{up_port}/v1/responses"
+        for t in targets:
+            _swarm(t.url, 20, 50.0, 20)
+        directs = []
+        for r in range(rounds):
+            directs.append(_swarm(direct, streams, rate, events))
+            for t in targets if r % 2 == 0 else reversed(targets):
+                progress(f"  {streams} streams, round {r + 1}/{rounds}: {t.name}")
+                t.runs.setdefault(streams, []).append(_measure(t, streams, rate, events))
+    rows = []
+    for t in targets:
+        runs = t.runs[streams]
+        added = [s["p99_ms"] - d["p99_ms"] for s, d in zip(runs, directs, strict=True) if s["p99_ms"] is not None and d["p99_ms"] is not None]
+        rows.append(
+            {
+                "target": t.name,
+                "streams": streams,
+                "events": sum(s["events"] for s in runs),
+                "errors": sum(s["errors"] for s in runs),
+                "cpu_us_per_event": _median([s["cpu_us_per_event"] for s in runs]),
+                "added_p99_ms": _median(list(added)),
+                "rounds": rounds,
+            }
+        )
+    on, off = rows[0]["cpu_us_per_event"], rows[1]["cpu_us_per_event"]
+    rows[0]["metrics_us_per_event"] = round(on - off, 2) if on is not None and off is not None else None
+    # the per-round differences too: the spread says how far the median can be trusted
+    diffs = [a["cpu_us_per_event"] - b["cpu_us_per_event"] for a, b in zip(targets[0].runs[streams], targets[1].runs[streams], strict=True)]
+    rows[0]["per_round_us"] = [round(d, 1) for d in diffs]
+    rows[0]["in_process_us_per_event"] = meter_cost(events)["us_per_event"]
+    return rows
+
+
+def meter_cost(events: int = 100, streams: int = 2000) -> dict[str, float]:
+    """In process, no noise from other processes: what recording costs per relayed event — a
+    `StreamMeter.record` per one-event batch, and per stream its flush into the metrics plus
+    the request's counters, spread over ``events`` events."""
+    from respflow.flows.gateway._metrics import Metrics
+
+    metrics = Metrics()
+    frame = (
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"<1796085687.901070>",'
+        b'"item_id":"msg_1","output_index":0,"content_index":0,"logprobs":[],"sequence_number":12}\n\n'
+    )
+    started = time.perf_counter()
+    for _ in range(streams):
+        meter = metrics.meter(time.monotonic())
+        assert meter is not None
+        for _ in range(events):
+            meter.record(frame)
+        metrics.stream_ended(meter)
+        metrics.request(True, "completed", 1)
+        metrics.active.set(1)
+    total = (time.perf_counter() - started) / (streams * events)
+    return {"us_per_event": round(1e6 * total, 3)}
+
+
+def format_metrics_cost(rows: list[dict[str, Any]]) -> str:
+    out = [f"{'target':14} {'events':>7} {'err':>4} {'CPU µs/ev':>10} {'+p99 ms':>8}"]
+    for r in rows:
+        out.append(f"{r['target']:14} {r['events']:>7} {r['errors']:>4} {r['cpu_us_per_event']:>10.1f} {r['added_p99_ms']:>8.2f}")
+    first = rows[0]
+    out.append(f"metrics cost {first['metrics_us_per_event']} µs per event (median; per round: {first['per_round_us']})")
+    if "in_process_us_per_event" in first:
+        out.append(f"in process (record per event + flush per stream of 100 events): {first['in_process_us_per_event']} µs per event")
+    return "\n".join(out)

@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
         "for this long (the replica died) lets another replica end the response failed (default: 15)",
     )
     serve.add_argument(
+        "--metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record Prometheus metrics, served at GET /metrics (default: on)",
+    )
+    serve.add_argument(
         "--unknown-events",
         choices=("forward", "drop"),
         default="forward",
@@ -137,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--serve-arg", action="append", default=[], help="--serve: an extra argument for respflow serve")
     bench.add_argument(
         "--soak", action="store_true", help="--serve: 2,000 streams (200 at a time, some abandoned, some cut): leaks?"
+    )
+    bench.add_argument(
+        "--metrics-cost",
+        action="store_true",
+        help="--serve: what recording metrics costs per event (respflow serve with and without --no-metrics)",
     )
     bench.add_argument(
         "--background",
@@ -239,6 +250,7 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
             store_ttl=args.store_ttl,
             background_retention=args.background_retention,
             background_lease=args.background_lease,
+            metrics=args.metrics,
         )
     )
     return 0
@@ -261,6 +273,17 @@ def _bench_serve(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(orjson.dumps({"soak": soak}, option=orjson.OPT_INDENT_2) + b"\n")
         else:
             print(format_soak(soak))
+        return 0
+    if args.metrics_cost:
+        from respflow.flows._bench_serve import format_metrics_cost, run_metrics_cost
+
+        rounds = 1 if args.quick else max(args.rounds, 5)
+        print(f"respflow bench --serve --metrics-cost: respflow serve with metrics and without, {rounds} rounds", file=sys.stderr)
+        cost = run_metrics_cost(rate=args.rate, events=40 if args.quick else args.events, rounds=rounds)
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps({"metrics_cost": cost}, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(format_metrics_cost(cost))
         return 0
     if args.background:
         from respflow.flows._bench_serve import format_background, run_background_bench

@@ -30,7 +30,7 @@ from prometheus_client import multiprocess
 
 from respflow.flows._runner import Placement
 from respflow.flows.gateway import Gateway, GatewayTool, gateway_app, simulator_app
-from respflow.flows.gateway._metrics import configure_tracing
+from respflow.flows.gateway._metrics import Metrics, configure_tracing
 from respflow.sinks.store import store_for
 
 log = logging.getLogger("respflow")
@@ -123,6 +123,7 @@ async def serve(
     store_ttl: float | None = None,
     background_retention: float = 3600.0,
     background_lease: float = 15.0,
+    metrics: bool = True,
 ) -> None:
     """Run the gateway until interrupted. ``store``: a store URL (`store_for`)."""
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
@@ -141,6 +142,7 @@ async def serve(
         store_ttl=store_ttl,
         background_retention=background_retention,
         background_lease=background_lease,
+        metrics=Metrics(enabled=metrics),
     )
     if configure_tracing():
         log.info("tracing: spans exported as the OTEL_* variables say")

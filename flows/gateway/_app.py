@@ -355,7 +355,7 @@ class GatewayApp(Starlette):
         task = asyncio.current_task()
         assert task is not None
         watch = _Watch()
-        meter = StreamMeter(started)
+        meter = self.gateway.metrics.meter(started)
         sink = AsgiSink(send, stall_timeout=self.gateway.client_stall_timeout, task=task, watch=watch, meter=meter)
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, watch, task))
         response_id = new_response_id()

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from respflow.flows.gateway._metrics import MeteredSink, StreamMeter
+from respflow.flows.gateway._metrics import MeteredSink
 from respflow.flows.gateway._rounds import Gateway, new_response_id
 from respflow.flows.gateway._rounds import _checked as checked_request
 from respflow.flows.gateway._state import StateError, stored_item
@@ -421,7 +421,7 @@ class Background:
     ) -> None:
         gateway, rid = self.gateway, sink.response_id
         started = time.monotonic()
-        meter = StreamMeter(started)
+        meter = gateway.metrics.meter(started)
         outcome = "completed"
         rounds = 0
         error: dict[str, Any] | None = None
@@ -430,7 +430,7 @@ class Background:
                 response, rounds = await gateway.run(
                     body,
                     headers,
-                    MeteredSink(sink, meter),
+                    MeteredSink(sink, meter) if meter is not None else sink,
                     response_id=rid,
                     tenant=run.tenant,
                     cancelled=lambda: run.reason == "cancelled",

@@ -96,7 +96,10 @@ def multiprocess_dir() -> str | None:
 class Metrics:
     """One process's metrics (their own registry: several gateways in one process do not clash)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        """False: nothing is recorded per stream, tool call or store operation (the A/B of
+        ``respflow bench --serve --metrics-cost``; ``respflow serve --no-metrics``)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("respflow_requests_total", "Requests, each counted once when it ends.", ["stream", "outcome"], registry=r)
@@ -128,11 +131,15 @@ class Metrics:
     # -- recording ---------------------------------------------------------------------------
 
     def request(self, stream: bool, outcome: str, rounds: int) -> None:
+        if not self.enabled:
+            return
         self.requests.labels("true" if stream else "false", outcome_label(outcome)).inc()
         if rounds:
             self.rounds.observe(rounds)
 
     def tool_call(self, tool: str, result: str, seconds: float) -> None:
+        if not self.enabled:
+            return
         self.tool_calls.labels(tool, result).inc()
         self.tool_seconds.labels(tool).observe(seconds)
 
@@ -142,8 +149,14 @@ class Metrics:
             self.backpressure.inc(total - self._parked_seen)
             self._parked_seen = total
 
-    def stream_ended(self, meter: StreamMeter) -> None:
+    def meter(self, started: float) -> StreamMeter | None:
+        """A new stream's meter (None when disabled)."""
+        return StreamMeter(started) if self.enabled else None
+
+    def stream_ended(self, meter: StreamMeter | None) -> None:
         """Add one stream's numbers (one call per stream, not per event)."""
+        if meter is None:
+            return
         if meter.events:
             self.events.inc(meter.events)
         if meter.first_event is not None:
@@ -155,6 +168,8 @@ class Metrics:
 
     def instrument_store(self, store: Any) -> None:
         """Time every operation of ``store`` (and give each a span)."""
+        if not self.enabled:
+            return
         backend = str(getattr(store, "backend", "store"))
         for op in STORE_OPERATIONS:
             method = getattr(store, op, None)
