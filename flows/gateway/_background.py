@@ -346,7 +346,8 @@ class _Run:
     tenant: str
     task: asyncio.Task[None] | None = None
     reason: str | None = None
-    """Why it was cancelled: ``"cancelled"`` (a client asked), ``"lost"`` (lease lost)."""
+    """Why it was cancelled: ``"cancelled"`` (a client asked), ``"lost"`` (another replica took
+    it over), ``"shutdown"`` (this replica stops: it ends ``failed``)."""
     finishing: bool = False
 
 
