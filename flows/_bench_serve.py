@@ -88,6 +88,14 @@ class Target:
 
 
 def _spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
+    """A part of the harness in its own process; its log goes to ``$RESPFLOW_BENCH_LOGS/<n>.log``
+    when that directory is set (else nowhere)."""
+    logs = os.environ.get("RESPFLOW_BENCH_LOGS")
+    if logs:
+        os.makedirs(logs, exist_ok=True)
+        path = os.path.join(logs, f"{int(time.time() * 1000)}-{os.path.basename(str(args[1]))}.log")
+        with open(path, "wb") as err:
+            return subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     return subprocess.Popen(
         [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

@@ -212,6 +212,7 @@ class _Stream:
 
     response_id: str | None = None
     last_seq: int = -1
+    terminal: str | None = None
 
 
 _SEQ = re.compile(rb'"sequence_number":(\d+)')
@@ -261,6 +262,7 @@ async def _read_stream(
                             seen += 1
             elif line.startswith(b"event:") and any(m in line for m in _TERMINAL_MARKS):
                 ended = True
+                state.terminal = line[7:].strip().decode()
         if ended:
             return "ended"
         if abandon_after is not None and seen >= abandon_after:
@@ -315,6 +317,8 @@ async def _one(
                 resumes.append(first[0] - started)
         if outcome == "cut":
             errors.append("stream ended without a terminal event")
+        elif state.terminal is not None and state.terminal != "response.completed":
+            errors.append(f"stream ended {state.terminal}")
     except Exception as exc:  # the benchmark counts failures
         errors.append(repr(exc)[:200])
 

@@ -147,3 +147,40 @@ def test_bench_store_measures_both_backends_against_no_store() -> None:
         assert row["errors"] == 0, row["first_error"]
         assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert (row["added_p50_ms"] is None) == (row["store"] == "none")
+
+
+def test_bench_background_measures_plain_background_and_resumed_streams() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "respflow", "bench", "--serve", "--background", "--quick", "--json"],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["background"]
+    stores = sorted({r["store"] for r in rows})
+    assert "sqlite" in stores
+    modes = ["plain", "background", "background, cut + resumed"]
+    assert [(r["store"], r["mode"]) for r in rows] == [(s, m) for s in [r["store"] for r in rows][::3] for m in modes]
+    for row in rows:
+        assert row["errors"] == 0, row["first_error"]
+        assert row["events"] == 100 * 40, row  # every delta of every stream, the resumed ones too
+        assert row["cpu_us_per_event"] > 0
+        assert (row["resume_p50_ms"] is not None) == (row["mode"] == modes[2])
+        assert row["cpu_x_plain"] == 1.0 if row["mode"] == "plain" else row["cpu_x_plain"] > 0
+        assert (row["db_us_per_event"] is not None) == (row["store"] == "postgresql")
+
+
+def test_bench_metrics_cost_compares_two_gateways() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "respflow", "bench", "--serve", "--metrics-cost", "--quick", "--json"],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    on, off = json.loads(result.stdout)["metrics_cost"]
+    assert (on["target"], off["target"]) == ("metrics on", "--no-metrics")
+    assert on["errors"] == off["errors"] == 0 and on["events"] == off["events"] == 100 * 40
+    assert 0 < on["in_process_us_per_event"] < 50
+    assert on["metrics_us_per_event"] == round(on["cpu_us_per_event"] - off["cpu_us_per_event"], 2)
