@@ -188,3 +188,16 @@ def test_workers_share_their_metrics() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+def test_the_example_dashboard_asks_only_for_metrics_the_gateway_has(gateway: str) -> None:
+    """examples/grafana-dashboard.json: every metric a panel queries is one /metrics exposes."""
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads(Path("examples/grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    wanted = {re.sub(r"_(bucket|sum|count|total)$", "", name) for expr in exprs for name in re.findall(r"respflow_[a-z_]+", expr)}
+    text = httpx.get(gateway.removesuffix("/v1") + "/metrics").text
+    families = {f.name for f in text_string_to_metric_families(text) if f.name.startswith("respflow_") and not f.name.endswith("_created")}
+    assert wanted == families  # every metric a panel queries exists, and every metric has a panel
