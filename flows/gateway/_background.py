@@ -609,8 +609,7 @@ class Background:
                 if now - last_sweep >= every:
                     last_sweep = now
                     await self.sweep()
-                    if not self.listening:
-                        await self.listen()
+                    await self.listen()  # a LISTEN connection that was lost is made again
             except StoreError as exc:
                 log.warning("background upkeep: the store failed (%s); trying again", exc)
             except Exception:

@@ -127,3 +127,39 @@ def test_a_reader_gets_exactly_the_frames_after_its_cursor(n: int, cuts: list[in
     assert from_memory == expected or cursor == n - 1
     assert from_store == expected
     assert [json.loads(f.split(b"data: ", 1)[1])["sequence_number"] for f in expected.split(b"\n\n")[:-1]] == list(range(cursor + 1, n))
+
+
+def test_a_lost_listen_connection_is_made_again(postgres_dsn: str) -> None:
+    """The LISTEN connection dies (the server ended it): the next ``listen`` makes a new one,
+    and notifications reach the replica again."""
+    import asyncpg
+
+    async def go() -> list[str]:
+        store = store_for(postgres_dsn)
+        assert store is not None
+        await store.open()
+        heard: list[str] = []
+        try:
+            assert await store.listen(heard.append, lambda _id: None)
+            other = await asyncpg.connect(postgres_dsn)
+            try:
+                await other.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+                )
+                for _ in range(100):  # the client notices the connection is gone
+                    if store._listener is None or store._listener.is_closed():  # type: ignore[attr-defined]
+                        break
+                    await asyncio.sleep(0.02)
+                assert await store.listen(heard.append, lambda _id: None)
+                await other.execute("SELECT pg_notify('respflow_events', 'resp_x,resp_y')")
+                for _ in range(100):
+                    if heard:
+                        break
+                    await asyncio.sleep(0.02)
+            finally:
+                await other.close()
+        finally:
+            await store.aclose()
+        return heard
+
+    assert asyncio.run(go()) == ["resp_x,resp_y"]
