@@ -244,16 +244,14 @@ class StreamMeter:
         now = time.monotonic()
         if self.first_event is None:
             self.first_event = now
-            count_gaps = count - 1
-        else:
+        else:  # the gap before this batch's first event
             gap = now - self.last
             self.counts[bisect.bisect_left(GAP_BUCKETS, gap)] += 1
             self.gap_sum += gap
-            count_gaps = count - 1
             self.gaps += 1
-        if count_gaps:  # events sent together: no gap between them
-            self.counts[0] += count_gaps
-            self.gaps += count_gaps
+        if count > 1:  # events sent together: no gap between them
+            self.counts[0] += count - 1
+            self.gaps += count - 1
         self.last = now
         self.events += count
         if self.first_token is None and (b"output_text.delta" in data or b"arguments.delta" in data):
