@@ -39,7 +39,7 @@ from respflow.flows.gateway._metrics import MeteredSink
 from respflow.flows.gateway._rounds import Gateway, new_response_id
 from respflow.flows.gateway._rounds import _checked as checked_request
 from respflow.flows.gateway._state import StateError, stored_item
-from respflow.operators import RespflowError, UpstreamError
+from respflow.operators import LimitExceededError, RespflowError, UpstreamError
 from respflow.sinks import keepalive, sse_frame
 from respflow.sinks.store import Store, StoredResponse, StoreError
 
@@ -273,11 +273,24 @@ class LogSink:
     `LeaseLost` once this replica no longer owns the run, `StoreError` once a write failed.
     """
 
-    def __init__(self, writer: LogWriter, tenant: str, response_id: str, live: _Live, wakeups: Wakeups, *, max_pending: int = 64) -> None:
+    def __init__(
+        self,
+        writer: LogWriter,
+        tenant: str,
+        response_id: str,
+        live: _Live,
+        wakeups: Wakeups,
+        *,
+        max_pending: int = 64,
+        max_bytes: int = 64 << 20,
+    ) -> None:
         self.writer, self.store, self.owner = writer, writer.store, writer.owner
         self.tenant, self.response_id = tenant, response_id
         self.live, self.wakeups = live, wakeups
         self.max_pending = max_pending
+        self.max_bytes = max_bytes
+        """The most a response's log holds (its terminal may go past it)."""
+        self.bytes = 0
         self.next = 0
         """The sequence number of the next frame sent."""
         self.logged_next = 0
@@ -306,6 +319,14 @@ class LogSink:
         if not count:
             return
         ended = _terminal(data)
+        if ended is None and self.bytes + len(data) > self.max_bytes:
+            raise LimitExceededError(
+                f"the background response's event log reached {self.max_bytes} bytes; raise background_max_log_bytes "
+                "if this is expected",
+                code="log_bytes",
+                stage="relay",
+            )
+        self.bytes += len(data)
         if ended is not None and ended != "completed":
             final = _last_response(data)
             if final is not None:
@@ -409,7 +430,7 @@ class Background:
             raise StateError(f"the response could not be queued: {exc}") from None
         run = _Run(tenant)
         live = self.live[response_id] = _Live()
-        sink = LogSink(self.writer, tenant, response_id, live, self.wakeups)
+        sink = LogSink(self.writer, tenant, response_id, live, self.wakeups, max_bytes=gateway.background_max_log_bytes)
         self.runs[response_id] = run
         run.task = asyncio.get_running_loop().create_task(
             self._run(run, sink, body, headers, snapshot, resolved=resolved, turn_input=turn_input)

@@ -201,6 +201,7 @@ class Gateway:
         max_history_bytes: int = 32 << 20,
         background_retention: float = 3600.0,
         background_lease: float = 15.0,
+        background_max_log_bytes: int = 64 << 20,
         metrics: Metrics | None = None,
     ) -> None:
         """Args:
@@ -222,6 +223,8 @@ class Gateway:
                 it ended (resumable that long). ``background_lease``: seconds a replica's
                 claim on a background run lasts unrenewed (it renews every third of it); a
                 run whose lease ran out is ended ``failed`` by another replica.
+                ``background_max_log_bytes``: the most one background response's event log
+                holds; past it the run ends ``failed`` (``log_bytes``).
             client: the upstream client; its pool must hold ``max_streams`` connections.
             customize: called with each round's fresh `Graph` (splice operators, add
                 ``on_finish`` functions; the latter are applied to the final Response).
@@ -276,6 +279,9 @@ class Gateway:
             raise ValueError("background_retention and background_lease must be positive")
         self.background_retention = background_retention
         self.background_lease = background_lease
+        if background_max_log_bytes < 1:
+            raise ValueError("background_max_log_bytes must be positive")
+        self.background_max_log_bytes = background_max_log_bytes
         self.metrics = metrics or Metrics()
         """Prometheus metrics (`respflow.flows.gateway._metrics`); the app serves ``/metrics``."""
         if store is not None:

@@ -328,3 +328,21 @@ def test_gateway_tools_run_in_background_and_a_cancel_stops_them() -> None:
         events = list(reader)
         assert events[-1].type == "response.failed" and events[-1].response.status == "cancelled"
         assert seqs(events) == list(range(len(events)))
+
+
+def test_a_background_log_is_bounded() -> None:
+    """Past ``background_max_log_bytes`` the run ends failed (``log_bytes``), its log holding
+    what was logged before and the terminal."""
+    script = paced(UpstreamScript(), 0.5)
+    with sqlite_gateway(script, background_max_log_bytes=4000) as gw, client(gw) as c:
+        made = c.responses.create(model="m", input="too long to keep", background=True)
+        with pytest.raises(openai.APIError, match="event log"):
+            list(c.responses.retrieve(made.id, stream=True))
+        final = c.responses.retrieve(made.id)
+        assert final.status == "failed"
+        frames = raw_frames(gw, made.id)
+        assert [f["sequence_number"] for f in frames] == list(range(len(frames)))
+        assert frames[-2]["type"] == "error" and frames[-2]["code"] == "log_bytes"
+        assert frames[-1]["type"] == "response.failed"
+        logged = sum(len(json.dumps(f)) for f in frames[:-2])
+        assert logged <= 4000
