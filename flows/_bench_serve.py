@@ -101,9 +101,10 @@ def _spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
     )
 
 
-def _swarm(url: str, streams: int, rate: float, events: int) -> dict[str, Any]:
+def _swarm(url: str, streams: int, rate: float, events: int, options: Sequence[str] = ()) -> dict[str, Any]:
+    """The client swarm's statistics (``options``: ``background=1``, ``resume=K``)."""
     out = subprocess.run(
-        [sys.executable, "-m", "respflow.flows._loadgen", "swarm", url, str(streams), str(rate), str(events)],
+        [sys.executable, "-m", "respflow.flows._loadgen", "swarm", url, str(streams), str(rate), str(events), *options],
         capture_output=True,
         check=True,
         timeout=600,
@@ -417,17 +418,6 @@ def postgres_cpu() -> float:
     return total
 
 
-def _swarm_with(url: str, streams: int, rate: float, events: int, options: Sequence[str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "respflow.flows._loadgen", "swarm", url, str(streams), str(rate), str(events), *options],
-        capture_output=True,
-        check=True,
-        timeout=600,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
-    return result
-
-
 @contextlib.contextmanager
 def _background_stores(pg: str | None, progress: Callable[[str], None]) -> Iterator[list[tuple[str, str]]]:
     import tempfile
@@ -481,13 +471,13 @@ def run_background_bench(
                 modes = {"plain": [], "background": ["background=1"], "background, cut + resumed": ["background=1", f"resume={resume_after}"]}
                 runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
                 directs: list[dict[str, Any]] = []
-                _swarm_with(target, 20, 50.0, 20, ["background=1"])  # warm up
+                _swarm(target, 20, 50.0, 20, ["background=1"])  # warm up
                 for r in range(rounds):
                     directs.append(_swarm(direct, streams, rate, events))
                     for mode, options in modes.items():
                         progress(f"  {backend}: {streams} streams, round {r + 1}/{rounds}: {mode}")
                         cpu0, db0 = tree_cpu(gateway.pid), postgres_cpu()
-                        stats = _swarm_with(target, streams, rate, events, options)
+                        stats = _swarm(target, streams, rate, events, options)
                         cpu1, db1 = tree_cpu(gateway.pid), postgres_cpu()
                         received = stats["events"] or 1
                         stats["cpu_us_per_event"] = 1e6 * (cpu1 - cpu0) / received

@@ -94,21 +94,17 @@ class PostgresStore(SqlStore):
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Connection]:
-        try:
-            connection = await self.pool.acquire()
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"the PostgreSQL store is unreachable: {type(exc).__name__}") from None
-        try:
+        async with self._connection() as connection:
             yield _Conn(connection)
-        except (asyncpg.PostgresError, OSError) as exc:
-            raise StoreError(f"the PostgreSQL store failed: {type(exc).__name__}: {str(exc)[:200]}") from None
-        finally:
-            await self.pool.release(connection)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
+        async with self._connection() as connection, connection.transaction():
+            yield _Conn(connection)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy[asyncpg.Record]]:
+        """A pooled connection; its failures as `StoreError`."""
         try:
             connection = await self.pool.acquire()
         except StoreError:
@@ -116,8 +112,7 @@ class PostgresStore(SqlStore):
         except Exception as exc:
             raise StoreError(f"the PostgreSQL store is unreachable: {type(exc).__name__}") from None
         try:
-            async with connection.transaction():
-                yield _Conn(connection)
+            yield connection
         except (asyncpg.PostgresError, OSError) as exc:
             raise StoreError(f"the PostgreSQL store failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         finally:

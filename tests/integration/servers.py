@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -142,3 +146,45 @@ def mcp_app() -> Any:
         return text.upper()
 
     return server.streamable_http_app()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def healthy(base: str) -> bool:
+    """``GET /health`` answers 200 (``base``: the server's root URL)."""
+    try:
+        return httpx.get(base + "/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@contextlib.contextmanager
+def replica(upstream: str, store: str, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``respflow serve`` in its own process on ``store``; yields its base URL (…/v1) and the
+    process. Its log goes to a file (a pipe could fill), shown if it fails to start."""
+    port = free_port()
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "respflow", "serve", "--upstream", upstream, "--port", str(port), "--store", store, *extra],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: healthy(base) or proc.poll() is not None, 60, "the replica to start")
+            if proc.poll() is not None:
+                log.seek(0)
+                raise AssertionError(log.read().decode())
+            yield base + "/v1", proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

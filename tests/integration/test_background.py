@@ -9,8 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,8 +20,8 @@ import pytest
 
 from respflow.flows import Gateway, gateway_app
 from respflow.sinks.store import store_for
-from tests.integration.servers import UpstreamScript, serve, upstream_app, wait_for
-from tests.integration.test_store import _healthy, _port, client
+from tests.integration.servers import UpstreamScript, replica, serve, upstream_app, wait_for
+from tests.integration.test_store import client
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -60,33 +58,6 @@ def paced(script: UpstreamScript, seconds: float) -> UpstreamScript:
     script.pace = seconds / 40
     script.closed_at, script.finished = None, False
     return script
-
-
-@contextlib.contextmanager
-def replica(upstream: str, store: str, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``respflow serve`` in its own process; yields its base URL and the process."""
-    port = _port()
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "respflow", "serve", "--upstream", upstream, "--port", str(port), "--store", store, *extra],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_for(lambda: _healthy(base) or proc.poll() is not None, 60, "the replica to start")
-            if proc.poll() is not None:
-                log.seek(0)
-                raise AssertionError(log.read().decode())
-            yield base + "/v1", proc
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
 
 def raw_frames(base: str, rid: str) -> list[dict[str, Any]]:

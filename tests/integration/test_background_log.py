@@ -8,7 +8,6 @@ import asyncio
 import json
 import tempfile
 import time
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,15 +19,6 @@ from respflow.sinks import sse_frame
 from respflow.sinks.store import Store, StoredResponse, store_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "sqlite":
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{d}/store.db"
-    else:
-        yield request.getfixturevalue("postgres_dsn")
 
 
 def _record(rid: str) -> StoredResponse:

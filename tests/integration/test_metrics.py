@@ -5,7 +5,6 @@ parser, spans recorded by the OpenTelemetry SDK's in-memory exporter."""
 from __future__ import annotations
 
 import json
-import socket
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from respflow.flows import Gateway, GatewayTool, gateway_app, simulator_app
 from respflow.sinks.store import store_for
-from tests.integration.servers import serve
+from tests.integration.servers import free_port, serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,14 +80,8 @@ def test_metrics_count_what_happened(gateway: str) -> None:
     assert ("respflow_backpressure_wait_seconds_total", ()) in found
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_dead_upstream_is_counted_by_its_code() -> None:
-    with serve(gateway_app(Gateway(f"http://127.0.0.1:{_closed_port()}/v1"))) as gw:
+    with serve(gateway_app(Gateway(f"http://127.0.0.1:{free_port()}/v1"))) as gw:
         client = openai.OpenAI(base_url=gw, api_key="sk-test", max_retries=0)
         with pytest.raises(openai.APIStatusError):
             client.responses.create(model="m", input="x")
@@ -156,9 +149,9 @@ def test_workers_share_their_metrics() -> None:
     import sys
     import time
 
-    from tests.integration.test_store import _healthy, _port
+    from tests.integration.servers import healthy
 
-    port = _port()
+    port = free_port()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "respflow", "serve", "--workers", "2", "--port", str(port), "--store", "none", "--pace", "0"],
@@ -168,7 +161,7 @@ def test_workers_share_their_metrics() -> None:
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60
-            while not _healthy(base):
+            while not healthy(base):
                 assert proc.poll() is None and time.monotonic() < deadline, "the workers did not start"
                 time.sleep(0.1)
             time.sleep(1.0)  # both workers up

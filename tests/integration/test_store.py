@@ -8,10 +8,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import socket
 import sqlite3
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +19,7 @@ import pytest
 
 from respflow.flows import Gateway, gateway_app
 from respflow.sinks.store import store_for
-from tests.integration.servers import UpstreamScript, serve, upstream_app, wait_for
+from tests.integration.servers import UpstreamScript, replica, serve, upstream_app
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,15 +42,6 @@ def answer(text: str) -> bytes:
         {"type": "response.completed", "response": dict(resp, status="completed", output=[done])},
     ]
     return "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "sqlite":
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{d}/store.db"
-    else:
-        yield request.getfixturevalue("postgres_dsn")
 
 
 @contextlib.contextmanager
@@ -236,49 +224,10 @@ def test_a_turn_that_cannot_be_stored_is_not_reported_completed() -> None:
     assert whole.status_code == 503 and whole.json()["error"]["code"] == "store_unavailable"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def replica(upstream: str, dsn: str) -> Iterator[str]:
-    """``respflow serve`` in its own process on ``dsn``; its log in a file (a pipe could fill)."""
-    port = _port()
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "respflow", "serve", "--upstream", upstream, "--port", str(port), "--store", dsn],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_for(lambda: _healthy(base) or proc.poll() is not None, 60, "the replica to start")
-            if proc.poll() is not None:
-                log.seek(0)
-                raise AssertionError(log.read().decode())
-            yield base + "/v1"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return httpx.get(base + "/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 def test_two_replicas_share_one_postgresql(postgres_dsn: str) -> None:
     script = UpstreamScript()
     script.body = answer("shared")
-    with serve(upstream_app(script)) as up, replica(up, postgres_dsn) as a, replica(up, postgres_dsn) as b, client(a) as on_a, client(b) as on_b:
+    with serve(upstream_app(script)) as up, replica(up, postgres_dsn) as (a, _), replica(up, postgres_dsn) as (b, _), client(a) as on_a, client(b) as on_b:
         made = on_a.responses.create(model="m", input="made on a")
         assert on_b.responses.retrieve(made.id).output_text == "shared"
         follow = on_b.responses.create(model="m", input="continued on b", previous_response_id=made.id)
