@@ -265,6 +265,61 @@ def gc_freeze_effect(chunks: list[bytes], repeats: int) -> dict[str, float]:
     }
 
 
+def trickle_costs(streams: int, events: int = 20_000, repeats: int = 3) -> dict[str, float]:
+    """µs per event of the serving path's own work when every read is ONE event (the LLM
+    trickle), with ``streams`` streams interleaved read by read as a server sees them: the
+    graph (`GraphRun.process`: split → … → translate, through the Rx graph) and the relay
+    (`Relay.emit_upstream`: sequence, serialize, into a sink that keeps nothing). No I/O, no
+    HTTP: what is left of the serving cost beyond the HTTP stack (medians over repeats)."""
+    import asyncio
+
+    from respflow.flows._graph import Graph, GraphRun
+    from respflow.sinks import Relay
+
+    class _Drop:
+        sent = 0
+
+        async def send(self, data: bytes) -> None:
+            _Drop.sent += data.count(b"\ndata: ")
+
+        async def aclose(self) -> None:
+            return None
+
+    body = synthetic_stream(items=2, deltas=events // streams + 1)
+    parts = [p + b"\n\n" for p in body.split(b"\n\n") if p]
+    head = b"".join(parts[:4])  # created, in_progress, the reasoning item and its first delta
+    deltas = [p for p in parts[4:] if b"reasoning_text.delta" in p][: events // streams]
+
+    async def once() -> tuple[float, float]:
+        runs = []
+        for _ in range(streams):
+            run = GraphRun(Graph(validation=Validation.LENIENT, response_id="resp_gw", model="bench"))
+            relay = Relay(_Drop(), response_id="resp_gw", model="bench")
+            await relay.emit_upstream(run.process(head))
+            runs.append((run, relay))
+        graph = out = 0
+        clock = time.perf_counter_ns
+        for chunk in deltas:
+            for run, relay in runs:
+                t0 = clock()
+                translation = run.process(chunk)
+                t1 = clock()
+                await relay.emit_upstream(translation)
+                graph += t1 - t0
+                out += clock() - t1
+        n = len(deltas) * streams
+        if _Drop.sent != n + 4 * streams:  # the head's four events, then one per delta
+            raise RuntimeError(f"the relay sent {_Drop.sent} events for {n + 4 * streams}")
+        _Drop.sent = 0
+        return graph / n / 1000, out / n / 1000
+
+    results = [asyncio.run(once()) for _ in range(repeats)]
+    return {
+        "graph_us": round(statistics.median(r[0] for r in results), 2),
+        "relay_us": round(statistics.median(r[1] for r in results), 2),
+    }
+
+
 def run_detail(*, quick: bool = False) -> dict[str, Any]:
     body = synthetic_stream(items=12 if quick else 60, deltas=200 if quick else 500)
     chunks = reads(body)
@@ -274,6 +329,7 @@ def run_detail(*, quick: bool = False) -> dict[str, Any]:
         "json_loads_x_orjson": json_vs_orjson(chunks, repeats),
         "recorded": recorded_ratios(1 if quick else 3),
         "gc_freeze": gc_freeze_effect(chunks, repeats),
+        "trickle": {str(n): trickle_costs(n, events=4_000 if quick else 20_000) for n in (1, 200)},
     }
 
 
@@ -288,4 +344,7 @@ def format_detail(detail: dict[str, Any]) -> str:
     lines.append(
         f"relay workload: {gc_['unfrozen_us_per_event']:.3f} us/event, {gc_['frozen_us_per_event']:.3f} us/event with gc.freeze()"
     )
+    lines.append("one event per read (the LLM trickle), no I/O: graph + relay, us per event:")
+    for n, row in detail["trickle"].items():
+        lines.append(f"  {n:>4} stream(s) interleaved  graph {row['graph_us']:.2f}  relay {row['relay_us']:.2f}  total {row['graph_us'] + row['relay_us']:.2f}")
     return "\n".join(lines)

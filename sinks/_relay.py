@@ -30,7 +30,14 @@ never ``id:`` or ``retry:``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Protocol
 
 import orjson
@@ -647,9 +654,19 @@ async def relayed(source: AsyncIterable[Translation], relay: Relay) -> AsyncIter
     """The relay sink as an aiostream operator: each batch goes through ``relay`` (awaited, so
     a slow client parks the source); yields the next sequence number after each batch.
 
-    The source is iterated inside ``streamcontext``: on early exit, error or cancellation it
-    is closed at once — which is what closes the upstream response.
+    On early exit, error or cancellation the source is closed at once — which is what closes
+    the upstream response. An async generator (the runner's ``batches``) is iterated as it is,
+    closed by ``aclose``: `streamcontext`'s checks and indirection would cost three Python
+    calls per read; any other source goes through ``streamcontext``.
     """
+    if isinstance(source, AsyncGenerator):
+        try:
+            async for translation in source:
+                await relay.emit_upstream(translation)
+                yield relay.sequence
+        finally:
+            await source.aclose()
+        return
     async with streamcontext(source) as batches:
         async for translation in batches:
             await relay.emit_upstream(translation)

@@ -115,6 +115,10 @@ def test_bench_prints_its_table_as_json() -> None:
     assert [r["recording"] for r in detail["recorded"]] == ["reasoning-vllm-qwen3-30b.sse", "text-openai-gpt-4o.sse", "tool-call-auto-qwen3-30b.sse"]
     assert all(r["events"] > 0 and r["ratio_to_floor"] > 0 for r in detail["recorded"])
     assert all(v > 0 for v in detail["gc_freeze"].values())
+    # the trickle rows: one event per read through the graph and the relay (it checks itself
+    # that every event reached the sink), alone and with 200 streams interleaved
+    assert set(detail["trickle"]) == {"1", "200"}
+    assert all(set(row) == {"graph_us", "relay_us"} and all(v > 0 for v in row.values()) for row in detail["trickle"].values())
 
 
 def test_bench_prints_a_table_with_units() -> None:
