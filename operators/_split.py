@@ -121,6 +121,21 @@ class LineSplitter:
             raise self._error
         return out
 
+    def feed_all(self, chunks: list[bytes]) -> list[SseLine]:
+        """Every chunk of a batch in turn; the events they completed, in order (``partial``:
+        the events completed before an error). A batch is one read: no per-item wrapper."""
+        if len(chunks) == 1:
+            return self.feed(chunks[0])
+        out: list[SseLine] = []
+        try:
+            for chunk in chunks:
+                out += self.feed(chunk)
+        except Exception as exc:
+            if not getattr(exc, "partial", None):
+                exc.partial = out  # type: ignore[attr-defined]
+            raise
+        return out
+
     def _one_event(self, chunk: bytes) -> list[SseLine] | None:
         """``chunk`` as one event if it is exactly one, in the common shape; else None."""
         if len(chunk) > self._max or b"\r" in chunk:

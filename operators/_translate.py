@@ -240,8 +240,12 @@ class Translator:
         if not self._active:
             # no tool needs restoring: every frame is public already — unless a call arrives
             # without its name or call_id (it waits for its done), or one is waiting
-            if not self._calls and not any(f.type == _ADDED and _unnamed_call(f) for f in frames):
-                return frames
+            if not self._calls:
+                for frame in frames:  # a loop, not any(genexpr): two calls fewer per read
+                    if frame.type == _ADDED and _unnamed_call(frame):
+                        break
+                else:
+                    return frames
             self._active = True
         out: list[Frame] = []
         feed = self.feed

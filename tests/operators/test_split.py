@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -171,3 +173,28 @@ def test_bulk_events_keep_their_line_numbers() -> None:
     assert out == [(b'{"n":1}', 2), (b'{"n":2}', 5), (b'{"n":3}', 8)]
     out, _ = split_all(b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: {"n":3}\n\n')
     assert out == [(b'{"n":1}', 1), (b'{"n":2}', 3), (b'{"n":3}', 5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(0, len(_PIECES) - 1), st.integers(1, 6)), max_size=6),
+    cuts=st.lists(st.integers(0, 1 << 12), max_size=6),
+)
+def test_feed_all_of_a_batch_equals_feeding_its_chunks_one_by_one(runs: list[tuple[int, int]], cuts: list[int]) -> None:
+    body = b"".join(_PIECES[which] * times for which, times in runs)
+    points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
+    chunks = [body[a:b] for a, b in itertools.pairwise(points)]
+    expected = _one_byte_at_a_time(body)[0]
+    batched = LineSplitter()
+    assert batched.feed_all(chunks) + batched.flush() == expected
+    one = LineSplitter()  # a batch of one chunk: the per-read case
+    assert one.feed_all([body]) + one.flush() == expected
+
+
+def test_feed_all_error_carries_the_events_before_it() -> None:
+    s = LineSplitter(max_line_bytes=16)
+    with pytest.raises(FramingError) as info:
+        s.feed_all([b"data: a\n\n", b"data: b\n\ndata: " + b"x" * 40 + b"\n\n", b"data: c\n\n"])
+    assert info.value.code == "line_too_long"
+    # "a" and "b" came first: they travel on the error, so the later stages still get them
+    assert datas(info.value.partial) == ["a", "b"]
