@@ -41,7 +41,7 @@ from respflow.flows.gateway._http import (
     send_json,
     sse_response,
 )
-from respflow.flows.gateway._metrics import StreamMeter, outcome_label, tracer
+from respflow.flows.gateway._metrics import StreamMeter, outcome_label, start_span
 from respflow.flows.gateway._rounds import Gateway, new_response_id
 from respflow.flows.gateway._routes import state_routes
 from respflow.operators import RelayError, RequestError, RespflowError, UpstreamError
@@ -225,7 +225,7 @@ class GatewayApp(Starlette):
             if root and path.startswith(root):
                 path = path[len(root) :]
             if path == "/v1/responses":
-                with tracer.start_as_current_span("POST /v1/responses", kind=SpanKind.SERVER):
+                with start_span("POST /v1/responses", kind=SpanKind.SERVER):
                     await self.create_response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)

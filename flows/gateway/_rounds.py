@@ -33,7 +33,7 @@ from respflow.flows._graph import Graph, GraphRun
 from respflow.flows._runner import Placement, batches
 from respflow.flows._transport import Upstream, default_client
 from respflow.flows.gateway._hosted import HostedTool, unavailable_executor
-from respflow.flows.gateway._metrics import Metrics, tracer
+from respflow.flows.gateway._metrics import Metrics, start_span, tracing
 from respflow.flows.gateway._state import Resolved, State, stored_item
 from respflow.flows.gateway._tools import (
     Executor,
@@ -445,7 +445,7 @@ class Gateway:
             graphs.append(graph)
             if relay is not None:
                 relay.start_round(offset)
-            with tracer.start_as_current_span("upstream round", attributes={"respflow.round": rounds}) as span:
+            with start_span("upstream round", attributes={"respflow.round": rounds}) as span:
                 summary = await self._round(graph, request, headers, relay)
                 span.set_attribute("respflow.round.status", str(summary["status"]))
             usage = _sum_usage(usage, summary.get("usage"))
@@ -517,7 +517,8 @@ class Gateway:
     async def _round(self, graph: Graph, request: Mapping[str, Any], headers: Mapping[str, str], relay: Relay | None) -> dict[str, Any]:
         """Stream one upstream round through the graph (and the relay); its outcome."""
         carrier = dict(headers)
-        propagate.inject(carrier)  # traceparent, when a span is being recorded
+        if tracing():
+            propagate.inject(carrier)  # traceparent, when a span is being recorded
         http = await self.client.open(self.upstream, request, headers=carrier)
         reads = batches(
             http,

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from respflow.flows.gateway._metrics import tracer
+from respflow.flows.gateway._metrics import start_span
 from respflow.operators._tools import GATEWAY_LABEL, fnv1a_hex, mcp_function_name
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[Any] | Any]
@@ -270,7 +270,7 @@ async def run_calls(
             tool = label(name)
             started = time.perf_counter()
             result = "error"
-            with tracer.start_as_current_span("tool call", attributes={"respflow.tool": tool}) as span:
+            with start_span("tool call", attributes={"respflow.tool": tool}) as span:
                 try:
                     async with asyncio.timeout(timeout):
                         outcome = await executor.run(parsed)
