@@ -316,15 +316,17 @@ async def batches(
     process = run.process
     pump: _Pump | None = None
     now = loop.time
-    current_task = asyncio.current_task
+    # the task that iterates this generator reads (the relay's: one task per stream); looked
+    # up once, not per read (`current_task` costs a loop lookup with a getpid call in 3.11)
+    task = asyncio.current_task()
+    assert task is not None
+    if watchdog is not None:
+        watchdog._task = task
     try:
         while True:  # pull: this task reads, runs the graph and yields
             if watchdog is None:
                 chunk = await read()
             else:  # `_timed_read`, inline: one coroutine less per read
-                task = current_task()
-                assert task is not None
-                watchdog._task = task
                 watchdog.since = now()
                 try:
                     chunk = await read()

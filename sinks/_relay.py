@@ -61,7 +61,6 @@ _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.qu
 _TEXT_EVENTS = frozenset({"response.output_text.delta", "response.output_text.done"})
 _KEEPALIVES = frozenset({"keepalive", "response.keepalive"})
 _NOT_RELAYED = _TERMINALS | _KEEPALIVES | {""}
-_SPECIAL = _LIFECYCLE | _TEXT_EVENTS  # frames `_rewrite` may change when nothing is offset
 _TEXT_DELTA = "response.output_text.delta"
 _DROPPED = "\x00dropped"  # the ledger's item type for an index whose item the client was not sent
 _LEDGER_KINDS = frozenset(
@@ -238,7 +237,8 @@ class Relay:
                     continue  # as `_relayable` says
                 if kind not in CATALOGUE and not self._admit_unknown(kind):
                     continue
-                if offset or kind in _SPECIAL or "response" in data:
+                # a text event's usual ``logprobs: []`` needs no rewrite (no call per token)
+                if offset or kind in _LIFECYCLE or "response" in data or (kind in _TEXT_EVENTS and data.get("logprobs") != []):
                     data = self._rewrite(data)
                 ready.append(data)
             await self._send(ready)
