@@ -154,6 +154,7 @@ class GraphRun:
         graph.subscribe_to(Observable(entry.subscribe)).subscribe(self._collect, self._on_error, self._on_completed)
         assert entry.observer is not None
         self._entry = entry.observer
+        self._translator = graph.pipeline.translator
 
     def _collect(self, batch: list[Frame]) -> None:
         self._out.extend(batch)
@@ -177,6 +178,9 @@ class GraphRun:
         """
         if self._error is None and not self._completed:
             self._entry.on_next([chunk])
+            if self._error is None:  # `_take`'s common case, inline: one call less per read
+                out, self._out = self._out, []
+                return Translation(out, self._translator.defer_from)
         return self._take()
 
     def close(self) -> Translation:
@@ -198,4 +202,4 @@ class GraphRun:
             assert isinstance(error, RespflowError)
             error.partial = out
             raise error
-        return Translation(out, self.graph.pipeline.translator.defer_from)
+        return Translation(out, self._translator.defer_from)

@@ -210,6 +210,8 @@ class Translator:
     def defer_from(self) -> int | None:
         """The lowest output_index whose frames must wait: a gateway or still-unnamed call."""
         low = self._gateway_first
+        if not self._calls:  # the usual case: no call open
+            return low
         for index, call in self._calls.items():
             route = call.route
             if (route is None or (route.kind is ToolKind.BUILTIN and not call.input_done)) and (low is None or index < low):
