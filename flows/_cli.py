@@ -160,6 +160,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the storage benchmark instead: persist + rehydrate on SQLite and PostgreSQL, and what storing adds",
     )
     bench.add_argument(
+        "--request",
+        action="store_true",
+        help="the gateway's own cost instead: CPU per request and per further event, in process (no sockets)",
+    )
+    bench.add_argument("--sizes", default="1,101", help="--request: text deltas per request (comma-separated)")
+    bench.add_argument("--requests", type=int, default=2000, help="--request: requests per size and round")
+    bench.add_argument(
         "--pg", default=None, metavar="URL", help="--store, --serve --background: measure this PostgreSQL (default: a throwaway local cluster)"
     )
     return parser
@@ -340,11 +347,36 @@ def _bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_request(args: argparse.Namespace) -> int:
+    from respflow.flows._bench_request import format_request, run_request_bench
+
+    try:
+        sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 0 or args.requests < 1:
+        print("error[bad_bench]: --sizes needs counts >= 0 and --requests at least 1", file=sys.stderr)
+        return 2
+    print(
+        f"respflow bench --request: the gateway in process, {args.requests} requests per size, "
+        "100 at a time (CPU medians of 3 rounds)",
+        file=sys.stderr,
+    )
+    rows = run_request_bench(sizes=sizes, requests=args.requests, rounds=1 if args.quick else 3)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(format_request(rows))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.serve:
         return _bench_serve(args)
     if args.store:
         return _bench_store(args)
+    if args.request:
+        return _bench_request(args)
     from respflow.flows._bench import run_core_bench
 
     print("respflow bench: core throughput (medians; ratios to the floor of the same run)", file=sys.stderr)

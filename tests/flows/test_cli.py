@@ -188,3 +188,28 @@ def test_bench_metrics_cost_compares_two_gateways() -> None:
     assert on["errors"] == off["errors"] == 0 and on["events"] == off["events"] == 100 * 40
     assert 0 < on["in_process_us_per_event"] < 50
     assert on["metrics_us_per_event"] == round(on["cpu_us_per_event"] - off["cpu_us_per_event"], 2)
+
+
+def test_bench_request_measures_the_gateway_in_process() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "respflow", "bench", "--request", "--quick", "--json", "--sizes", "1,11", "--requests", "30"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["deltas"] for r in rows] == [1, 11]
+    # each client got the head (created, in_progress, the item, its part), the deltas and the tail
+    # (text done, part done, item done, completed): the canned stream went through whole
+    assert [r["events"] for r in rows] == [9, 19]
+    assert all(r["us_per_request"] > 0 for r in rows)
+    assert "us_per_further_event" not in rows[0] and rows[1]["us_per_further_event"] != 0
+
+
+def test_bench_request_refuses_bad_sizes() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "respflow", "bench", "--request", "--sizes", "one"], capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith("error[bad_bench]:")
