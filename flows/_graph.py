@@ -155,6 +155,7 @@ class GraphRun:
         assert entry.observer is not None
         self._entry = entry.observer
         self._translator = graph.pipeline.translator
+        self._splitter = graph.splitter
 
     def _collect(self, batch: list[Frame]) -> None:
         self._out.extend(batch)
@@ -168,7 +169,7 @@ class GraphRun:
     @property
     def done(self) -> bool:
         """True once ``[DONE]`` was read (stop reading upstream) or the run ended."""
-        return self.graph.splitter.done or self._completed or self._error is not None
+        return self._splitter.done or self._completed or self._error is not None
 
     def process(self, chunk: bytes) -> Translation:
         """One upstream read in; its frames and the defer boundary out.

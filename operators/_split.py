@@ -45,12 +45,12 @@ class LineSplitter:
     __slots__ = (
         "_data",
         "_data_line",
-        "_done",
         "_error",
         "_line_no",
         "_max",
         "_skip_lf",
         "_tail",
+        "done",
     )
 
     def __init__(self, *, max_line_bytes: int = 1 << 20) -> None:
@@ -62,13 +62,10 @@ class LineSplitter:
         self._line_no = 0
         self._data: list[bytes] = []
         self._data_line = 0
-        self._done = False
+        self.done = False
+        """True once ``[DONE]`` was seen: the stream is over, stop reading. (An attribute: it
+        is read after every read.)"""
         self._error: FramingError | None = None
-
-    @property
-    def done(self) -> bool:
-        """True once ``[DONE]`` was seen: the stream is over, stop reading."""
-        return self._done
 
     def feed(self, chunk: bytes) -> list[SseLine]:
         """Take the next chunk; return the events it completed.
@@ -78,7 +75,7 @@ class LineSplitter:
         """
         if self._error is not None:
             raise self._error
-        if self._done or not chunk:
+        if self.done or not chunk:
             return []
         if not self._tail and not self._data and not self._skip_lf and chunk[-2:] == b"\n\n":
             # the trickle: one read is one whole event, as vLLM and OpenAI write it —
@@ -109,9 +106,9 @@ class LineSplitter:
         else:
             for raw in parts:
                 self._line(raw, out)
-                if self._done or self._error is not None:
+                if self.done or self._error is not None:
                     break
-        if self._done or self._error is not None:
+        if self.done or self._error is not None:
             tail = b""
         elif len(tail) > self._max:
             self._error = self._too_long(self._line_no + 1)
@@ -131,7 +128,7 @@ class LineSplitter:
                 and not self._tail
                 and not self._data
                 and not self._skip_lf
-                and not self._done
+                and not self.done
                 and self._error is None
             ):  # `feed`'s trickle case, without the extra call
                 one = self._one_event(chunk)
@@ -178,7 +175,7 @@ class LineSplitter:
         except ValueError:
             cut = len(parts)
         self._lines(parts[:cut] if cut < len(parts) else parts, out)
-        if cut == len(parts) or self._done:
+        if cut == len(parts) or self.done:
             return
         used = self._events(parts, cut, out)
         if cut + used < len(parts):
@@ -251,7 +248,7 @@ class LineSplitter:
                     self._data = [] if first is None else [first, *(more or ())]
                     self._data_line, self._line_no = first_line, line_no - 1
                     self._line(raw, out)
-                    if self._done:
+                    if self.done:
                         return
                     data = self._data
                     first = data[0] if data else None
@@ -266,16 +263,16 @@ class LineSplitter:
         if self._error is not None:
             raise self._error
         out: list[SseLine] = []
-        if self._done:
+        if self.done:
             return out
         if self._tail:
             tail, self._tail = self._tail, b""
             self._line(tail, out)
         if self._error is not None:
             raise self._error
-        if not self._done:
+        if not self.done:
             self._dispatch(out)
-        self._done = True
+        self.done = True
         return out
 
     def _too_long(self, line: int) -> FramingError:
@@ -302,7 +299,7 @@ class LineSplitter:
             return
         if stripped == _DONE:
             self._dispatch(out)
-            self._done = True
+            self.done = True
             return
         if not self._data:
             self._data_line = self._line_no
