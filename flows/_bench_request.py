@@ -1,7 +1,7 @@
 """``respflow bench --request``: what the gateway itself costs per request and per event.
 
 The gateway's ASGI app (`GatewayApp`, the code ``respflow serve`` runs) serves streamed requests
-in process, ``concurrency`` at a time, against a canned upstream (`CannedUpstream`: the paced
+in process on uvloop (as served), ``concurrency`` at a time, against a canned upstream (`CannedUpstream`: the paced
 upstream's stream shape, one event per read, a loop turn between reads) into a send that keeps
 nothing: no sockets, no HTTP parsing, no other process. Requests with 1 text delta and with
 ``1 + events`` deltas give the cost per request (its set-up and its head and tail events) and
@@ -21,12 +21,14 @@ import gc
 import itertools
 import statistics
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, MutableMapping, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
 from respflow.flows._transport import Upstream, UpstreamBody
+
+T = TypeVar("T")
 
 _ITEM = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
 
@@ -130,6 +132,15 @@ async def _requests(deltas: int, requests: int, concurrency: int) -> tuple[float
     return spent, received[0]
 
 
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on the loop ``respflow serve`` runs: uvloop where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def run_request_bench(
     *, sizes: Sequence[int] = (1, 101), requests: int = 2000, concurrency: int = 100, rounds: int = 3
 ) -> list[dict[str, Any]]:
@@ -140,7 +151,7 @@ def run_request_bench(
         spent = []
         events = 0
         for _ in range(rounds):
-            seconds, events = asyncio.run(_requests(deltas, requests, concurrency))
+            seconds, events = _run(_requests(deltas, requests, concurrency))
             spent.append(seconds)
         rows.append({"deltas": deltas, "events": events, "us_per_request": round(1e6 * statistics.median(spent) / requests, 1)})
     for low, high in itertools.pairwise(rows):
