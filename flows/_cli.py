@@ -128,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
         "--placement", action="store_true", help="also run the placement benchmark (inline vs worker)"
     )
     bench.add_argument(
-        "--detail", action="store_true", help="also: per-stage ns, recorded-stream ratios, json vs orjson, gc.freeze"
+        "--detail", action="store_true", help="also: per-stage ns, recorded-stream ratios, json vs orjson, gc.freeze, the trickle (one event per read)"
     )
     bench.add_argument(
         "--serve", action="store_true", help="the serving benchmark instead: respflow serve vs a byte pipe, same run"
@@ -385,7 +385,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.detail:
         from respflow.flows._bench import run_detail
 
-        print("respflow bench: detail (stages, recordings, json, gc.freeze)", file=sys.stderr)
+        print("respflow bench: detail (stages, recordings, json, gc.freeze, the trickle)", file=sys.stderr)
         detail = run_detail(quick=args.quick)
     placement: list[dict[str, object]] = []
     if args.placement:
