@@ -62,6 +62,7 @@ _TEXT_EVENTS = frozenset({"response.output_text.delta", "response.output_text.do
 _KEEPALIVES = frozenset({"keepalive", "response.keepalive"})
 _NOT_RELAYED = _TERMINALS | _KEEPALIVES | {""}
 _TEXT_DELTA = "response.output_text.delta"
+_NO_UPDATES: list[tuple[int, str | None, int]] = []  # `_contract`'s fast path: no ledger change (never appended to)
 _DROPPED = "\x00dropped"  # the ledger's item type for an index whose item the client was not sent
 _LEDGER_KINDS = frozenset(
     {
@@ -476,6 +477,19 @@ class Relay:
         synthetic ``content_part.added``, empty ``output_text`` parts for any gap), as the
         fold opened it.
         """
+        if len(events) == 1:  # one event per read, the trickle: its common cases at once
+            event = events[0]
+            kind = event["type"]
+            if kind not in _LEDGER_KINDS:
+                return events, _NO_UPDATES
+            index = event.get("output_index")
+            if type(index) is not int:
+                return events, _NO_UPDATES  # as below: an index-less event passes as it is
+            if kind is _TEXT_DELTA or kind == _TEXT_DELTA:
+                opened = self._parts.get(index)
+                at = event.get("content_index")
+                if opened is not None and type(at) is int and at < len(opened) and opened[at]:
+                    return events, _NO_UPDATES
         out: list[dict[str, Any]] = []
         updates: list[tuple[int, str | None, int]] = []  # (index, item type | None, parts)
         items, parts = self._items, self._parts
