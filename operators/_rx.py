@@ -129,13 +129,26 @@ def _chain(stages: tuple[tuple[Callable[[], Stage[Any, Any]], str], ...]) -> Ope
                         observer.on_next(out)
 
             else:
+                functions = [feed for feed, _ in feeds]
 
                 def on_next(batch: list[Any]) -> None:
-                    out, error = _run_from(feeds, 0, batch)
-                    if out:
-                        observer.on_next(out)
-                    if error is not None:
-                        observer.on_error(error)
+                    at = 0
+                    try:  # the common case: no stage raises (one try for the whole run)
+                        for feed in functions:
+                            batch = feed(batch)
+                            at += 1
+                    except Exception as exc:  # as `_run_from` would: later stages take the partial
+                        partial: list[Any] = getattr(exc, "partial", None) or []
+                        if isinstance(exc, RespflowError):
+                            exc.partial = []
+                        error = _named(exc, feeds[at][1])
+                        out, later = _run_from(feeds, at + 1, partial)
+                        if out:
+                            observer.on_next(out)
+                        observer.on_error(later if later is not None else error)
+                        return
+                    if batch:
+                        observer.on_next(batch)
 
             def on_completed() -> None:
                 for i, (stage, name) in enumerate(instances):
