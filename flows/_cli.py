@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 import orjson
@@ -263,6 +263,15 @@ def _serve(args: argparse.Namespace, sys_argv: list[str] | None = None) -> int:
     return 0
 
 
+def _print_result(args: argparse.Namespace, result: object, text: Callable[[], str]) -> int:
+    """A benchmark's result on stdout: as JSON with ``--json``, else its table."""
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(text())
+    return 0
+
+
 def _bench_serve(args: argparse.Namespace) -> int:
     from respflow.flows._bench_serve import (
         format_capacity,
@@ -276,22 +285,14 @@ def _bench_serve(args: argparse.Namespace) -> int:
 
         print("respflow bench --serve --soak: threads, fds and RSS before and after", file=sys.stderr)
         soak = run_soak(total=400 if args.quick else 2000, serve_extra=args.serve_arg)
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps({"soak": soak}, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(format_soak(soak))
-        return 0
+        return _print_result(args, {"soak": soak}, lambda: format_soak(soak))
     if args.metrics_cost:
         from respflow.flows._bench_serve import format_metrics_cost, run_metrics_cost
 
         rounds = 1 if args.quick else max(args.rounds, 5)
         print(f"respflow bench --serve --metrics-cost: respflow serve with metrics and without, {rounds} rounds", file=sys.stderr)
         cost = run_metrics_cost(rate=args.rate, events=40 if args.quick else args.events, rounds=rounds)
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps({"metrics_cost": cost}, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(format_metrics_cost(cost))
-        return 0
+        return _print_result(args, {"metrics_cost": cost}, lambda: format_metrics_cost(cost))
     if args.background:
         from respflow.flows._bench_serve import format_background, run_background_bench
 
@@ -303,19 +304,11 @@ def _bench_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         rows = run_background_bench(streams=count, rate=args.rate, events=events, rounds=rounds, pg=args.pg)
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps({"background": rows}, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(format_background(rows))
-        return 0
+        return _print_result(args, {"background": rows}, lambda: format_background(rows))
     if args.capacity:
         print("respflow bench --serve --capacity: streams held at added p99 ≤ 50 ms", file=sys.stderr)
         capacity = run_capacity(rate=args.rate, events=args.events, serve_extra=args.serve_arg)
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps({"capacity": capacity}, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(format_capacity(capacity))
-        return 0
+        return _print_result(args, {"capacity": capacity}, lambda: format_capacity(capacity))
     streams = [int(n) for n in args.streams.split(",") if n.strip()]
     if args.quick:
         streams, args.rounds, args.events = [min(streams)], 1, 40
@@ -325,11 +318,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     rows = run_serve_bench(streams=streams, rate=args.rate, events=args.events, rounds=args.rounds, serve_extra=args.serve_arg)
-    if args.json:
-        sys.stdout.buffer.write(orjson.dumps({"serve": rows}, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(format_serve(rows))
-    return 0
+    return _print_result(args, {"serve": rows}, lambda: format_serve(rows))
 
 
 def _bench_store(args: argparse.Namespace) -> int:
@@ -340,11 +329,7 @@ def _bench_store(args: argparse.Namespace) -> int:
         result = run_store_bench(requests=80, chain=10, rounds=1, pg=args.pg)
     else:
         result = run_store_bench(rounds=args.rounds, pg=args.pg)
-    if args.json:
-        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(format_store(result))
-    return 0
+    return _print_result(args, result, lambda: format_store(result))
 
 
 def _bench_request(args: argparse.Namespace) -> int:
@@ -363,11 +348,7 @@ def _bench_request(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     rows = run_request_bench(sizes=sizes, requests=args.requests, rounds=1 if args.quick else 3)
-    if args.json:
-        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(format_request(rows))
-    return 0
+    return _print_result(args, rows, lambda: format_request(rows))
 
 
 def _bench(args: argparse.Namespace) -> int:

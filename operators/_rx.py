@@ -94,12 +94,17 @@ def _run_from(
         try:
             batch = feed(batch)
         except Exception as exc:
-            partial: list[Any] = getattr(exc, "partial", None) or []
-            if isinstance(exc, RespflowError):
-                exc.partial = []
-            error = _named(exc, name)
-            batch = partial
+            batch, error = _failed(exc, name)
     return batch, error
+
+
+def _failed(exc: Exception, name: str) -> tuple[list[Any], RespflowError]:
+    """Stage ``name`` raised ``exc``: what it produced before failing (its ``partial``, which
+    the later stages still take) and the error naming the stage."""
+    partial: list[Any] = getattr(exc, "partial", None) or []
+    if isinstance(exc, RespflowError):
+        exc.partial = []
+    return partial, _named(exc, name)
 
 
 def _chain(stages: tuple[tuple[Callable[[], Stage[Any, Any]], str], ...]) -> Operator[list[Any], list[Any]]:
@@ -118,12 +123,10 @@ def _chain(stages: tuple[tuple[Callable[[], Stage[Any, Any]], str], ...]) -> Ope
                     try:
                         out = only(batch)
                     except Exception as exc:
-                        partial: list[Any] = getattr(exc, "partial", None) or []
-                        if isinstance(exc, RespflowError):
-                            exc.partial = []
+                        partial, error = _failed(exc, only_name)
                         if partial:
                             observer.on_next(partial)
-                        observer.on_error(_named(exc, only_name))
+                        observer.on_error(error)
                         return
                     if out:
                         observer.on_next(out)
@@ -138,10 +141,7 @@ def _chain(stages: tuple[tuple[Callable[[], Stage[Any, Any]], str], ...]) -> Ope
                             batch = feed(batch)
                             at += 1
                     except Exception as exc:  # as `_run_from` would: later stages take the partial
-                        partial: list[Any] = getattr(exc, "partial", None) or []
-                        if isinstance(exc, RespflowError):
-                            exc.partial = []
-                        error = _named(exc, feeds[at][1])
+                        partial, error = _failed(exc, feeds[at][1])
                         out, later = _run_from(feeds, at + 1, partial)
                         if out:
                             observer.on_next(out)

@@ -122,19 +122,7 @@ class LineSplitter:
         """Every chunk of a batch in turn; the events they completed, in order (``partial``:
         the events completed before an error). A batch is one read: no per-item wrapper."""
         if len(chunks) == 1:
-            chunk = chunks[0]
-            if (
-                chunk[-2:] == b"\n\n"
-                and not self._tail
-                and not self._data
-                and not self._skip_lf
-                and not self.done
-                and self._error is None
-            ):  # `feed`'s trickle case, without the extra call
-                one = self._one_event(chunk)
-                if one is not None:
-                    return one
-            return self.feed(chunk)
+            return self.feed(chunks[0])
         out: list[SseLine] = []
         try:
             for chunk in chunks:

@@ -238,8 +238,13 @@ class Relay:
                     continue  # as `_relayable` says
                 if kind not in CATALOGUE and not self._admit_unknown(kind):
                     continue
-                # a text event's usual ``logprobs: []`` needs no rewrite (no call per token)
-                if offset or kind in _LIFECYCLE or "response" in data or (kind in _TEXT_EVENTS and data.get("logprobs") != []):
+                # a text event's usual ``logprobs: []`` needs no rewrite (no call, no list made)
+                if (
+                    offset
+                    or kind in _LIFECYCLE
+                    or "response" in data
+                    or (kind in _TEXT_EVENTS and (type(logprobs := data.get("logprobs")) is not list or logprobs))
+                ):
                     data = self._rewrite(data)
                 ready.append(data)
             await self._send(ready)

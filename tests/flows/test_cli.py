@@ -10,9 +10,9 @@ from pathlib import Path
 from tests._support import FIXTURES, completed, created, in_progress, sse, text_delta
 
 
-def respflow(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def respflow(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "respflow", *args], input=stdin, capture_output=True, timeout=60, check=False
+        [sys.executable, "-m", "respflow", *args], input=stdin, capture_output=True, timeout=timeout, check=False
     )
 
 
@@ -95,9 +95,7 @@ def test_a_bad_tools_file_is_an_error(tmp_path: Path) -> None:
 
 
 def test_bench_prints_its_table_as_json() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--quick", "--json", "--detail"], capture_output=True, timeout=180, check=False
-    )
+    result = respflow("bench", "--quick", "--json", "--detail", timeout=180)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     rows = out["core"]
@@ -122,7 +120,7 @@ def test_bench_prints_its_table_as_json() -> None:
 
 
 def test_bench_prints_a_table_with_units() -> None:
-    result = subprocess.run([sys.executable, "-m", "respflow", "bench", "--quick"], capture_output=True, timeout=120, check=False)
+    result = respflow("bench", "--quick", timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.decode().splitlines()
     assert lines[0].split() == ["workload", "events", "median", "s", "events/s", "MB/s", "in", "x", "floor"]
@@ -134,9 +132,7 @@ def test_bench_prints_a_table_with_units() -> None:
 
 
 def test_bench_store_measures_both_backends_against_no_store() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--store", "--quick", "--json"], capture_output=True, timeout=300, check=False
-    )
+    result = respflow("bench", "--store", "--quick", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     backends = ["sqlite", "postgresql"] if out["postgresql"].startswith("a throwaway") else ["sqlite"]
@@ -154,12 +150,7 @@ def test_bench_store_measures_both_backends_against_no_store() -> None:
 
 
 def test_bench_background_measures_plain_background_and_resumed_streams() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--serve", "--background", "--quick", "--json"],
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
+    result = respflow("bench", "--serve", "--background", "--quick", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["background"]
     stores = sorted({r["store"] for r in rows})
@@ -176,12 +167,7 @@ def test_bench_background_measures_plain_background_and_resumed_streams() -> Non
 
 
 def test_bench_metrics_cost_compares_two_gateways() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--serve", "--metrics-cost", "--quick", "--json"],
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
+    result = respflow("bench", "--serve", "--metrics-cost", "--quick", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     on, off = json.loads(result.stdout)["metrics_cost"]
     assert (on["target"], off["target"]) == ("metrics on", "--no-metrics")
@@ -191,12 +177,7 @@ def test_bench_metrics_cost_compares_two_gateways() -> None:
 
 
 def test_bench_request_measures_the_gateway_in_process() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--request", "--quick", "--json", "--sizes", "1,11", "--requests", "30"],
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+    result = respflow("bench", "--request", "--quick", "--json", "--sizes", "1,11", "--requests", "30", timeout=120)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["deltas"] for r in rows] == [1, 11]
@@ -208,8 +189,6 @@ def test_bench_request_measures_the_gateway_in_process() -> None:
 
 
 def test_bench_request_refuses_bad_sizes() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "respflow", "bench", "--request", "--sizes", "one"], capture_output=True, timeout=60, check=False
-    )
+    result = respflow("bench", "--request", "--sizes", "one", timeout=60)
     assert result.returncode == 2
     assert result.stderr.decode().startswith("error[bad_bench]:")
